@@ -1,0 +1,28 @@
+# moxi: `make run` builds and starts moxi on its embedded default; `make test` runs every test.
+export PATH := $(PATH):/usr/local/go/bin:/usr/sbin
+
+.PHONY: build run test deps fuzz bench
+
+build:
+	go build -o bin/moxi ./cmd/moxi
+
+run: build
+	./bin/moxi
+
+deps:
+	./scripts/install-deps.sh
+
+test: deps
+	go vet ./...
+	go test -race -count=1 -timeout 12m ./...
+
+# Each fuzz target for FUZZTIME (default 60s); not part of `make test`.
+FUZZTIME ?= 60s
+fuzz:
+	go test -run='^$$' -fuzz='^FuzzTextRead$$' -fuzztime=$(FUZZTIME) ./internal/protocol/
+	go test -run='^$$' -fuzz='^FuzzBinaryRead$$' -fuzztime=$(FUZZTIME) ./internal/protocol/
+	go test -run='^$$' -fuzz='^FuzzBinaryResponse$$' -fuzztime=$(FUZZTIME) ./internal/protocol/
+	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/config/
+
+bench:
+	go test -run='^$$' -bench=. -benchmem ./internal/...

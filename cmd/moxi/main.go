@@ -1,0 +1,237 @@
+// Command moxi is a memcached proxy: clients speak memcached's text or binary protocol to
+// it, and it routes every key to the pool and server that own it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"moxi/internal/config"
+	"moxi/internal/frontend"
+	"moxi/internal/proxy"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "0.1.0-dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the command-line flags; nil string pointers mean "not given".
+type options struct {
+	configPath string
+	listen     *string
+	admin      *string
+	logLevel   string
+	logFormat  string
+	check      bool
+	version    bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("moxi", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &options{}
+	var listen, admin string
+	fs.StringVar(&o.configPath, "config", "", "YAML topology `file`; without it moxi runs its built-in default (2 embedded shards)")
+	fs.StringVar(&listen, "listen", "", "client `address`, overrides the config's listen")
+	fs.StringVar(&admin, "admin", "", "admin HTTP `address`, overrides the config's admin (\"\" turns it off)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	fs.BoolVar(&o.check, "check", false, "validate the config, print the effective topology and exit")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "listen":
+			o.listen = &listen
+		case "admin":
+			o.admin = &admin
+		}
+	})
+	return o, nil
+}
+
+func newLogger(o *options, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format: %q is not text or json", o.logFormat)
+	}
+}
+
+// loadConfig reads the file named by --config, or the built-in default, and applies the
+// address flags.
+func loadConfig(o *options) (*config.Config, error) {
+	cfg := config.Default()
+	if o.configPath != "" {
+		var err error
+		if cfg, err = config.Load(o.configPath); err != nil {
+			return nil, err
+		}
+	}
+	if o.listen != nil {
+		cfg.Listen = *o.listen
+	}
+	if o.admin != nil {
+		cfg.Admin = *o.admin
+	}
+	return cfg, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "moxi:", err)
+		return 2
+	}
+	if o.version {
+		fmt.Fprintln(stdout, "moxi", version)
+		return 0
+	}
+	cfg, err := loadConfig(o)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if o.check {
+		return check(cfg, stdout, stderr)
+	}
+	logger, err := newLogger(o, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "moxi:", err)
+		return 2
+	}
+	if err := serve(cfg, logger); err != nil {
+		logger.Error("moxi stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// check validates cfg as far as building its topology and prints the effective config.
+func check(cfg *config.Config, stdout, stderr io.Writer) int {
+	topo, err := buildTopology(cfg, slog.New(slog.DiscardHandler), false)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	topo.close()
+	out, err := cfg.YAML()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	stdout.Write(out)
+	return 0
+}
+
+// serve runs moxi until SIGINT or SIGTERM, then shuts down within cfg.ShutdownTimeout.
+func serve(cfg *config.Config, logger *slog.Logger) error {
+	topo, err := buildTopology(cfg, logger, true)
+	if err != nil {
+		return err
+	}
+	defer topo.close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	front := &frontend.Server{
+		Limits:         protocolLimits(cfg),
+		MaxConnections: cfg.Limits.MaxConnections,
+		Logger:         logger,
+	}
+	front.RegisterMetrics(reg)
+	front.Handler = proxy.New(topo.Topology, proxy.Options{
+		Version:        version,
+		Registry:       reg,
+		Connections:    front.Connections,
+		MaxConnections: cfg.Limits.MaxConnections,
+	})
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	var admin *http.Server
+	if cfg.Admin != "" {
+		aln, err := net.Listen("tcp", cfg.Admin)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("admin listen: %w", err)
+		}
+		admin = &http.Server{Handler: adminHandler(reg), ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+		go func() {
+			if err := admin.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("admin server stopped", "err", err)
+			}
+		}()
+	}
+	logger.Info("moxi serving", "version", version, "listen", ln.Addr().String(), "admin", cfg.Admin, "pools", len(topo.Pools))
+
+	served := make(chan error, 1)
+	go func() { served <- front.Serve(ln) }()
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(stop)
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case sig := <-stop:
+		logger.Info("stopping", "signal", sig.String(), "timeout", cfg.ShutdownTimeout)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := front.Shutdown(ctx); err != nil {
+		logger.Warn("shutdown timed out; closed remaining connections", "err", err)
+	}
+	<-served
+	if admin != nil {
+		_ = admin.Shutdown(ctx)
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+func adminHandler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	return mux
+}

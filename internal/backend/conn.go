@@ -1,0 +1,301 @@
+package backend
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"moxi/internal/protocol"
+)
+
+// errDesync means the server answered an opaque that no request is waiting for: the stream
+// can no longer be trusted, so the connection is closed.
+var errDesync = errors.New("answer out of step with requests")
+
+// keepWriteBuffer bounds the write buffer kept between bursts (a 1 MB set is not pinned).
+const keepWriteBuffer = 256 << 10
+
+// conn is one persistent connection to the server, redialed whenever it breaks.
+//
+// Writes: the caller that finds no write in progress becomes the writer and writes
+// everything queued — its own packets and those that others append meanwhile — so a burst
+// of requests becomes one system call without a writer goroutine. Reads: one goroutine
+// (dialLoop, which also dials) decodes answers and completes calls in order.
+type conn struct {
+	s  *Server
+	up atomic.Bool // a connection is established; read without mu to pick a conn
+
+	mu      sync.Mutex
+	nc      net.Conn      // nil while down
+	dialing bool          // a dial is in progress
+	ready   chan struct{} // closed when the dial in progress ends
+	wbuf    []byte        // packets not yet written
+	spare   []byte        // the other write buffer, while the writer writes one
+	writing bool          // some caller is writing
+	queue   fifo          // calls sent and not yet answered, in send order
+	opaque  uint32        // next opaque
+	closed  bool          // Close was called
+}
+
+func newConn(s *Server) *conn {
+	// Born dialing, so that a request made before dialLoop starts waits for the first dial.
+	return &conn{s: s, ready: make(chan struct{}), dialing: true}
+}
+
+// enqueue encodes cl and queues it for writing; false when the connection is down.
+func (c *conn) enqueue(cl *call) bool {
+	c.mu.Lock()
+	if c.nc == nil {
+		c.mu.Unlock()
+		return false
+	}
+	c.wbuf = cl.encode(c.wbuf, c.opaque)
+	c.opaque += cl.n
+	c.queue.push(cl)
+	if c.writing {
+		c.mu.Unlock()
+		return true
+	}
+	c.writing = true
+	c.writeQueued() // unlocks
+	return true
+}
+
+// writeQueued writes until nothing is queued. Called with mu held and writing set; returns
+// with mu released.
+func (c *conn) writeQueued() {
+	for {
+		nc := c.nc
+		if nc == nil || len(c.wbuf) == 0 {
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+		buf := c.wbuf
+		c.wbuf, c.spare = c.spare[:0], nil
+		c.mu.Unlock()
+
+		_ = nc.SetWriteDeadline(time.Now().Add(c.s.opts.Timeout))
+		_, err := nc.Write(buf)
+		if err != nil {
+			c.fail(nc, fmt.Errorf("write: %w", err))
+		}
+
+		c.mu.Lock()
+		if cap(buf) <= keepWriteBuffer {
+			c.spare = buf[:0]
+		}
+	}
+}
+
+// waitReady waits for a dial in progress to end, up to timeout; ErrDown when no dial is in
+// progress (the connection is waiting to retry).
+func (c *conn) waitReady(ctx context.Context, timeout time.Duration) error {
+	c.mu.Lock()
+	dialing, ready := c.dialing, c.ready
+	c.mu.Unlock()
+	if !dialing {
+		return ErrDown
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return nil
+	case <-t.C:
+		return ErrTimeout
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// dialLoop connects, reads answers until the connection breaks, and connects again, waiting
+// RetryMin after a failed dial, doubling up to RetryMax. It exits when the server is closed.
+func (c *conn) dialLoop() {
+	defer c.s.wg.Done()
+	opts := &c.s.opts
+	wait := opts.RetryMin
+	loggedDown := false
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return
+		}
+		c.dialing = true
+		c.mu.Unlock()
+
+		d := net.Dialer{Timeout: opts.ConnectTimeout}
+		nc, err := d.Dial("tcp", opts.Addr)
+
+		c.mu.Lock()
+		c.dialing = false
+		close(c.ready)
+		c.ready = make(chan struct{})
+		if err == nil && c.closed {
+			nc.Close()
+			err = ErrClosed
+		}
+		if err == nil {
+			c.nc = nc
+			c.up.Store(true)
+		}
+		c.mu.Unlock()
+
+		if err != nil {
+			if !loggedDown {
+				opts.Logger.Warn("backend connection failed", "addr", opts.Addr, "err", err)
+				loggedDown = true
+			}
+			select {
+			case <-c.s.quit:
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, opts.RetryMax)
+			continue
+		}
+		if loggedDown {
+			opts.Logger.Info("backend connection restored", "addr", opts.Addr)
+			loggedDown = false
+		}
+		wait = opts.RetryMin
+		c.readLoop(nc)
+	}
+}
+
+// readLoop decodes answers from nc and completes their calls until nc fails.
+func (c *conn) readLoop(nc net.Conn) {
+	br := bufio.NewReaderSize(nc, 32<<10)
+	lim := c.s.opts.Limits
+	var h protocol.BinaryResponseHeader
+	for {
+		var resp protocol.Response
+		err := protocol.ReadBinaryResponse(br, lim, &h, &resp)
+		if errors.Is(err, protocol.ErrBinaryTooLarge) {
+			resp = protocol.Response{Status: protocol.StatusTempFailure, Msg: "answer larger than max_value_bytes"}
+			err = nil
+		}
+		if err == nil {
+			err = c.deliver(&h, &resp)
+		}
+		if err != nil {
+			c.fail(nc, fmt.Errorf("read: %w", err))
+			return
+		}
+	}
+}
+
+// deliver gives one answer packet to the call it belongs to: the oldest call in the queue,
+// since memcached answers in order.
+func (c *conn) deliver(h *protocol.BinaryResponseHeader, resp *protocol.Response) error {
+	c.mu.Lock()
+	cl := c.queue.front()
+	if cl == nil {
+		c.mu.Unlock()
+		return errDesync
+	}
+	i := h.Opaque - cl.base // wraps past 2^32 like the opaques themselves
+	if i >= cl.n {
+		c.mu.Unlock()
+		return errDesync
+	}
+	last := i == cl.n-1
+	if cl.stats {
+		last = h.StatEnd()
+		if !last {
+			cl.resps[0].Stats = append(cl.resps[0].Stats, resp.Stats...)
+		} else if resp.Status != protocol.StatusOK {
+			cl.resps[0].Status, cl.resps[0].Msg = resp.Status, resp.Msg
+		}
+	} else {
+		cl.resps[i] = *resp // a batch's noop lands in its own slot, which nobody reads
+	}
+	if last {
+		c.queue.pop()
+	}
+	c.mu.Unlock()
+	if last {
+		cl.complete()
+	}
+	return nil
+}
+
+// fail closes nc after an I/O error and fails every call waiting on it; dialLoop redials.
+func (c *conn) fail(nc net.Conn, err error) {
+	c.mu.Lock()
+	if c.nc != nc {
+		c.mu.Unlock()
+		return // already failed
+	}
+	c.nc = nil
+	c.up.Store(false)
+	c.wbuf = c.wbuf[:0]
+	calls := c.queue.drain()
+	closed := c.closed
+	c.mu.Unlock()
+	nc.Close()
+	if !closed {
+		c.s.opts.Logger.Warn("backend connection broken", "addr", c.s.opts.Addr, "err", err, "failed_requests", len(calls))
+	}
+	for _, cl := range calls {
+		if closed {
+			cl.err = ErrClosed
+		} else {
+			cl.err = err
+		}
+		cl.complete()
+	}
+}
+
+// shutdown closes the connection for good.
+func (c *conn) shutdown() {
+	c.mu.Lock()
+	c.closed = true
+	nc := c.nc
+	c.mu.Unlock()
+	if nc != nil {
+		c.fail(nc, ErrClosed)
+	}
+}
+
+// fifo is a queue of calls; the zero value is empty.
+type fifo struct {
+	items []*call
+	head  int
+}
+
+func (q *fifo) push(cl *call) {
+	if q.head > 0 && q.head >= len(q.items)/2 {
+		// Under steady load the queue is never empty: move the live part down so that
+		// the backing array does not grow without end.
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	q.items = append(q.items, cl)
+}
+
+func (q *fifo) front() *call {
+	if q.head == len(q.items) {
+		return nil
+	}
+	return q.items[q.head]
+}
+
+func (q *fifo) pop() {
+	q.items[q.head] = nil
+	q.head++
+}
+
+func (q *fifo) drain() []*call {
+	out := append([]*call(nil), q.items[q.head:]...)
+	clear(q.items)
+	q.items, q.head = q.items[:0], 0
+	return out
+}

@@ -1,0 +1,191 @@
+// Package config reads moxi's YAML topology file into a validated Config with every
+// default filled in.
+//
+// The file format is fixed by the project's CONTRACT ("Config file (YAML)"). Parsing goes
+// through yaml.Node rather than struct tags so that an unknown key, a bad value or a
+// dangling reference is reported with the file, the line and the field path
+// ("moxi.yaml:14: pools.main.conections: unknown key"), and so that an absent key can be
+// told from an explicit false or zero. An explicit null (`key:` with no value) counts as
+// absent and leaves the default.
+package config
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// Config is one loaded topology. Parse and Default return a fresh value that nothing else
+// references; the proxy treats it as immutable once built, so sharing it between goroutines
+// for reading is safe.
+type Config struct {
+	Listen          string        // client address, host:port (host may be empty: all interfaces)
+	Admin           string        // HTTP admin address; "" turns the admin server off
+	ShutdownTimeout time.Duration // bound on draining in-flight requests at exit
+	Limits          Limits
+	WatchConfig     bool // reload when the file changes
+
+	Pools       []*Pool // in file order, each with Name set; never empty after Parse
+	DefaultPool string  // pool for keys no route matches; set even when the file omits it
+	Routes      []Route // first matching prefix wins; nil when none
+
+	Dedup         bool // coalesce identical concurrent gets
+	HotCache      HotCache
+	FireAndForget FireAndForget
+}
+
+// Limits bound what one client may ask of the proxy.
+type Limits struct {
+	MaxConnections  int // concurrent client connections; further ones are refused
+	MaxKeyBytes     int // 1 to 250, memcached's own maximum
+	MaxValueBytes   int // largest data block accepted
+	MaxMultigetKeys int // keys in one get/gets line
+}
+
+// Pool is one named set of servers sharing a key distribution.
+type Pool struct {
+	Name         string
+	Distribution string   // ketama | jump | modula
+	Hash         string   // one of twemproxy's hash names, e.g. md5, fnv1a_64
+	Servers      []Server // in file order; nil for an embedded pool
+
+	Connections    int           // persistent connections per server
+	ConnectTimeout time.Duration // per dial
+	Timeout        time.Duration // per attempt, per request
+	Retries        int           // further attempts after a timeout or connection error
+	FailureLimit   int           // consecutive failures that mark a server dead
+	DeadBackoff    time.Duration // first wait before probing a dead server
+	DeadBackoffMax time.Duration // cap of the doubling probe wait
+	Failover       bool          // route a dead server's keys to the next live one
+
+	Backup           string // another pool's name, or ""
+	Embedded         int    // N > 0: N in-process shards instead of Servers
+	EmbeddedMemoryMB int    // memory bound of each embedded shard
+	MigrateRate      int    // keys/s cap of a migration's background copy; 0 = unlimited
+}
+
+// Server is one backend memcached server of a pool.
+type Server struct {
+	// Name is the ring identity as given in the file, or "" when none was given: the ring
+	// then derives it from Addr the way twemproxy and libmemcached do ("host" when the port
+	// is 11211, else "host:port"), which keeps key placement compatible with them.
+	Name        string
+	Addr        string // host:port, port in canonical decimal form
+	Weight      int    // at least 1
+	MigrateFrom string // host:port this slot's data is being moved from, or ""
+	Line        int    // line of the entry in the file, for messages; 0 when not from a file
+}
+
+// Route sends keys starting with Prefix to Pool.
+type Route struct {
+	Prefix, Pool string
+}
+
+// HotCache is the proxy-local LRU for keys with one of Prefixes. No prefixes: off.
+type HotCache struct {
+	Prefixes []string
+	MaxItems int
+	TTL      time.Duration // an entry is never served older than this
+}
+
+// FireAndForget lists the prefixes whose sets are acknowledged at once and written in the
+// background. No prefixes: off.
+type FireAndForget struct {
+	Prefixes   []string
+	MaxPending int // writes queued beyond this wait instead of growing memory
+}
+
+// The contract's defaults, in one place so that Parse, Default and the tests agree.
+const (
+	defaultListen          = "127.0.0.1:11211"
+	defaultAdmin           = "127.0.0.1:9151"
+	defaultShutdownTimeout = 10 * time.Second
+
+	defaultMaxConnections  = 10000
+	defaultMaxKeyBytes     = 250
+	defaultMaxValueBytes   = 1048576
+	defaultMaxMultigetKeys = 10000
+
+	defaultDistribution     = "ketama"
+	defaultHash             = "md5"
+	defaultConnections      = 4
+	defaultConnectTimeout   = time.Second
+	defaultTimeout          = 250 * time.Millisecond
+	defaultRetries          = 1
+	defaultFailureLimit     = 2
+	defaultDeadBackoff      = 100 * time.Millisecond
+	defaultDeadBackoffMax   = 10 * time.Second
+	defaultEmbeddedMemoryMB = 64
+
+	defaultHotCacheMaxItems = 100000
+	defaultHotCacheTTL      = 2 * time.Second
+	defaultMaxPending       = 10000
+)
+
+// newConfig returns the top-level defaults, with no pools.
+func newConfig() *Config {
+	return &Config{
+		Listen:          defaultListen,
+		Admin:           defaultAdmin,
+		ShutdownTimeout: defaultShutdownTimeout,
+		Limits: Limits{
+			MaxConnections:  defaultMaxConnections,
+			MaxKeyBytes:     defaultMaxKeyBytes,
+			MaxValueBytes:   defaultMaxValueBytes,
+			MaxMultigetKeys: defaultMaxMultigetKeys,
+		},
+		WatchConfig:   true,
+		Dedup:         true,
+		HotCache:      HotCache{MaxItems: defaultHotCacheMaxItems, TTL: defaultHotCacheTTL},
+		FireAndForget: FireAndForget{MaxPending: defaultMaxPending},
+	}
+}
+
+// newPool returns a pool with every default and no servers.
+func newPool(name string) *Pool {
+	return &Pool{
+		Name:             name,
+		Distribution:     defaultDistribution,
+		Hash:             defaultHash,
+		Connections:      defaultConnections,
+		ConnectTimeout:   defaultConnectTimeout,
+		Timeout:          defaultTimeout,
+		Retries:          defaultRetries,
+		FailureLimit:     defaultFailureLimit,
+		DeadBackoff:      defaultDeadBackoff,
+		DeadBackoffMax:   defaultDeadBackoffMax,
+		Failover:         true,
+		EmbeddedMemoryMB: defaultEmbeddedMemoryMB,
+	}
+}
+
+// Default is the topology moxi runs without --config: clients on 127.0.0.1:11211, admin on
+// 127.0.0.1:9151, and one pool "main" of 2 embedded shards, so that `moxi` alone is a
+// working cache. configs/embedded.yaml is the same topology written out.
+func Default() *Config {
+	c := newConfig()
+	p := newPool("main")
+	p.Embedded = 2
+	c.Pools = []*Pool{p}
+	c.DefaultPool = p.Name
+	return c
+}
+
+// Pool returns the pool called name, or nil when there is none.
+func (c *Config) Pool(name string) *Pool {
+	for _, p := range c.Pools {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Load reads and parses the file at path; errors name the file as path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data, path)
+}

@@ -1,0 +1,303 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// contractConfig is what CONTRACT.md's example documents, value by value.
+func contractConfig() *Config {
+	main := &Pool{
+		Name:         "main",
+		Distribution: "ketama",
+		Hash:         "md5",
+		Servers: []Server{
+			{Addr: "127.0.0.1:11212", Weight: 1, Line: 17},
+			{Addr: "127.0.0.1:11213", Weight: 2, Line: 18},
+			{Name: "mc3", Addr: "127.0.0.1:11214", Weight: 1, MigrateFrom: "127.0.0.1:11219", Line: 19},
+		},
+		Connections:      4,
+		ConnectTimeout:   time.Second,
+		Timeout:          250 * time.Millisecond,
+		Retries:          1,
+		FailureLimit:     2,
+		DeadBackoff:      100 * time.Millisecond,
+		DeadBackoffMax:   10 * time.Second,
+		Failover:         true,
+		Backup:           "spare",
+		Embedded:         0,
+		EmbeddedMemoryMB: 64,
+		MigrateRate:      0,
+	}
+	spare := newPool("spare")
+	spare.Servers = []Server{{Addr: "127.0.0.1:11300", Weight: 1, Line: 35}}
+	return &Config{
+		Listen:          "127.0.0.1:11211",
+		Admin:           "127.0.0.1:9151",
+		ShutdownTimeout: 10 * time.Second,
+		Limits:          Limits{MaxConnections: 10000, MaxKeyBytes: 250, MaxValueBytes: 1048576, MaxMultigetKeys: 10000},
+		WatchConfig:     true,
+		Pools:           []*Pool{main, spare},
+		DefaultPool:     "main",
+		Routes:          []Route{{Prefix: "sess:", Pool: "spare"}},
+		Dedup:           true,
+		HotCache:        HotCache{Prefixes: []string{"cfg:", "hot:"}, MaxItems: 100000, TTL: 2 * time.Second},
+		FireAndForget:   FireAndForget{Prefixes: []string{"log:", "sess:"}, MaxPending: 10000},
+	}
+}
+
+func mustLoad(t *testing.T, path string) *Config {
+	t.Helper()
+	c, err := Load(path)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", path, err)
+	}
+	return c
+}
+
+func mustParse(t *testing.T, src string) *Config {
+	t.Helper()
+	c, err := Parse([]byte(src), "t.yaml")
+	if err != nil {
+		t.Fatalf("Parse:\n%s\nerror: %v", src, err)
+	}
+	return c
+}
+
+// equal compares configs as DeepEqual does, with a readable failure.
+func equal(t *testing.T, got, want *Config) {
+	t.Helper()
+	if reflect.DeepEqual(got, want) {
+		return
+	}
+	g, _ := got.YAML()
+	w, _ := want.YAML()
+	t.Errorf("config differs\ngot:  %+v\nwant: %+v\ngot YAML:\n%s\nwant YAML:\n%s", got, want, g, w)
+	for i := range min(len(got.Pools), len(want.Pools)) {
+		if !reflect.DeepEqual(got.Pools[i], want.Pools[i]) {
+			t.Errorf("pool %d:\ngot:  %+v\nwant: %+v", i, *got.Pools[i], *want.Pools[i])
+		}
+	}
+}
+
+// withoutLines returns a copy of c with Server.Line cleared: positions change when a
+// config is written out again, nothing else may.
+func withoutLines(c *Config) *Config {
+	out := *c
+	out.Pools = nil
+	for _, p := range c.Pools {
+		q := *p
+		q.Servers = nil
+		for _, s := range p.Servers {
+			s.Line = 0
+			q.Servers = append(q.Servers, s)
+		}
+		out.Pools = append(out.Pools, &q)
+	}
+	return &out
+}
+
+func TestContractExample(t *testing.T) {
+	equal(t, mustLoad(t, "testdata/contract.yaml"), contractConfig())
+}
+
+// TestConfigsDir parses every shipped example; moxi.yaml documents the contract's values
+// and embedded.yaml is exactly Default.
+func TestConfigsDir(t *testing.T) {
+	files, err := filepath.Glob("../../configs/*.yaml")
+	if err != nil || len(files) < 3 {
+		t.Fatalf("configs/*.yaml: %v %v", files, err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			c := mustLoad(t, f)
+			switch filepath.Base(f) {
+			case "moxi.yaml":
+				equal(t, withoutLines(c), withoutLines(contractConfig()))
+			case "embedded.yaml":
+				equal(t, c, Default())
+			case "twemproxy-migration.yaml":
+				p := c.Pool("alpha")
+				want := []Server{
+					{Addr: "127.0.0.1:11211", Weight: 1},
+					{Addr: "127.0.0.1:11212", Weight: 1},
+					{Name: "cache-c", Addr: "127.0.0.1:11213", Weight: 2},
+				}
+				if p == nil || p.Distribution != "ketama" || p.Hash != "fnv1a_64" ||
+					!reflect.DeepEqual(withoutLines(c).Pools[0].Servers, want) {
+					t.Errorf("alpha pool = %+v", p)
+				}
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c := mustParse(t, "pools:\n  p:\n    servers: [10.0.0.1:11211]\n")
+	want := Default()
+	p := newPool("p")
+	p.Servers = []Server{{Addr: "10.0.0.1:11211", Weight: 1, Line: 3}}
+	want.Pools = []*Pool{p}
+	want.DefaultPool = "p"
+	equal(t, c, want)
+}
+
+func TestDefault(t *testing.T) {
+	c := Default()
+	if c.Listen != "127.0.0.1:11211" || c.Admin != "127.0.0.1:9151" || len(c.Pools) != 1 ||
+		c.Pools[0].Name != "main" || c.Pools[0].Embedded != 2 || c.DefaultPool != "main" {
+		t.Fatalf("Default() = %+v", c)
+	}
+	b, err := c.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, mustParse(t, string(b)), c)
+}
+
+// TestValidForms parses each accepted spelling and checks the one thing it sets.
+func TestValidForms(t *testing.T) {
+	const pool = "pools:\n  p:\n"
+	tests := []struct {
+		name  string
+		src   string
+		check func(*Config) bool
+	}{
+		{"server host:port", pool + "    servers: [10.0.0.1:11212]\n",
+			func(c *Config) bool {
+				return c.Pools[0].Servers[0] == Server{Addr: "10.0.0.1:11212", Weight: 1, Line: 3}
+			}},
+		{"server host:port:weight", pool + "    servers: [10.0.0.1:11212:3]\n",
+			func(c *Config) bool {
+				return c.Pools[0].Servers[0] == Server{Addr: "10.0.0.1:11212", Weight: 3, Line: 3}
+			}},
+		{"server twemproxy form with name", pool + "    servers:\n      - 10.0.0.1:11212:3 cache-a\n",
+			func(c *Config) bool {
+				return c.Pools[0].Servers[0] == Server{Name: "cache-a", Addr: "10.0.0.1:11212", Weight: 3, Line: 4}
+			}},
+		{"server host:port with name", pool + "    servers: [\"10.0.0.1:11212  a\"]\n",
+			func(c *Config) bool {
+				return c.Pools[0].Servers[0] == Server{Name: "a", Addr: "10.0.0.1:11212", Weight: 1, Line: 3}
+			}},
+		{"server map without name or weight", pool + "    servers:\n      - addr: h.example:11212\n",
+			func(c *Config) bool {
+				return c.Pools[0].Servers[0] == Server{Addr: "h.example:11212", Weight: 1, Line: 4}
+			}},
+		{"server ipv6", pool + "    servers: [\"[::1]:11212\", \"[::2]:11212:4\"]\n",
+			func(c *Config) bool {
+				s := c.Pools[0].Servers
+				return s[0].Addr == "[::1]:11212" && s[1].Addr == "[::2]:11212" && s[1].Weight == 4
+			}},
+		{"server port made canonical", pool + "    servers: [10.0.0.1:011212]\n",
+			func(c *Config) bool { return c.Pools[0].Servers[0].Addr == "10.0.0.1:11212" }},
+		{"false and zero are not defaults", pool + "    embedded: 1\n    failover: false\n    retries: 0\nwatch_config: false\ndedup: false\n",
+			func(c *Config) bool {
+				return !c.WatchConfig && !c.Dedup && !c.Pools[0].Failover && c.Pools[0].Retries == 0
+			}},
+		{"null keeps the default", pool + "    embedded: 1\n    timeout:\nlisten: ~\nlimits:\n",
+			func(c *Config) bool {
+				return c.Pools[0].Timeout == 250*time.Millisecond && c.Listen == "127.0.0.1:11211" && c.Limits.MaxKeyBytes == 250
+			}},
+		{"admin off", pool + "    embedded: 1\nadmin: \"\"\n",
+			func(c *Config) bool { return c.Admin == "" }},
+		{"listen on all interfaces, any port", pool + "    embedded: 1\nlisten: \":0\"\n",
+			func(c *Config) bool { return c.Listen == ":0" }},
+		{"alias", "pools:\n  p: {servers: [&s 10.0.0.9:11212]}\n  q: {servers: [*s]}\ndefault_pool: p\n",
+			func(c *Config) bool {
+				return c.Pools[1].Servers[0] == Server{Addr: "10.0.0.9:11212", Weight: 1, Line: 3}
+			}},
+		{"jump and fnv1a_64", pool + "    embedded: 1\n    distribution: jump\n    hash: fnv1a_64\n",
+			func(c *Config) bool { return c.Pools[0].Distribution == "jump" && c.Pools[0].Hash == "fnv1a_64" }},
+		{"durations", pool + "    embedded: 1\n    timeout: 1.5s\n    dead_backoff: 1m\n    dead_backoff_max: 1h\nshutdown_timeout: 0s\n",
+			func(c *Config) bool {
+				p := c.Pools[0]
+				return p.Timeout == 1500*time.Millisecond && p.DeadBackoff == time.Minute &&
+					p.DeadBackoffMax == time.Hour && c.ShutdownTimeout == 0
+			}},
+		{"limits", pool + "    embedded: 1\nlimits: {max_key_bytes: 1, max_value_bytes: 1073741824, max_connections: 1, max_multiget_keys: 1}\n",
+			func(c *Config) bool { return c.Limits == Limits{1, 1, 1 << 30, 1} }},
+		{"routes and default_pool", "pools:\n  a: {embedded: 1}\n  b: {embedded: 1}\ndefault_pool: b\nroutes:\n  - {prefix: \"x:\", pool: a}\n  - {prefix: \"y:\", pool: a}\n",
+			func(c *Config) bool {
+				return c.DefaultPool == "b" && reflect.DeepEqual(c.Routes, []Route{{"x:", "a"}, {"y:", "a"}})
+			}},
+		{"backup chain", "pools:\n  a: {embedded: 1, backup: b}\n  b: {embedded: 1, backup: c}\n  c: {embedded: 1}\ndefault_pool: a\n",
+			func(c *Config) bool { return c.Pool("a").Backup == "b" && c.Pool("b").Backup == "c" }},
+		{"pool order is file order", "pools:\n  z: {embedded: 1}\n  a: {embedded: 1}\n  m: {embedded: 1}\ndefault_pool: m\n",
+			func(c *Config) bool {
+				return c.Pools[0].Name == "z" && c.Pools[1].Name == "a" && c.Pools[2].Name == "m"
+			}},
+		{"embedded memory", pool + "    embedded: 3\n    embedded_memory_mb: 8\n",
+			func(c *Config) bool { return c.Pools[0].Embedded == 3 && c.Pools[0].EmbeddedMemoryMB == 8 }},
+		{"empty prefix lists", pool + "    embedded: 1\nhot_cache: {prefixes: []}\nfire_and_forget: {prefixes: []}\n",
+			func(c *Config) bool { return c.HotCache.Prefixes == nil && c.FireAndForget.Prefixes == nil }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if c := mustParse(t, tt.src); !tt.check(c) {
+				b, _ := c.YAML()
+				t.Errorf("unexpected result:\n%s", b)
+			}
+		})
+	}
+}
+
+// TestRoundTrip checks that YAML() is re-loadable and loses nothing.
+func TestRoundTrip(t *testing.T) {
+	srcs := map[string]*Config{"default": Default(), "contract": contractConfig()}
+	files, _ := filepath.Glob("../../configs/*.yaml")
+	for _, f := range append(files, "testdata/contract.yaml") {
+		srcs[f] = mustLoad(t, f)
+	}
+	odd := mustParse(t, "pools:\n  \"true\": {servers: [\"[::1]:1:7 x\", {name: \"a b\", addr: \"h:2\", migrate_from: \"h:3\"}], backup: \"1\"}\n"+
+		"  \"1\": {embedded: 1, failover: false}\ndefault_pool: \"1\"\nadmin: \"\"\nlisten: \":0\"\n"+
+		"hot_cache: {prefixes: [\"#\", \"- \", \"'\", \"\\\"\"]}\nroutes: [{prefix: \"null\", pool: \"true\"}]\n")
+	srcs["odd"] = odd
+	for name, c := range srcs {
+		t.Run(name, func(t *testing.T) {
+			b, err := c.YAML()
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := Parse(b, "effective.yaml")
+			if err != nil {
+				t.Fatalf("Parse(YAML()): %v\n%s", err, b)
+			}
+			equal(t, withoutLines(back), withoutLines(c))
+		})
+	}
+}
+
+func TestPoolLookup(t *testing.T) {
+	c := contractConfig()
+	if p := c.Pool("spare"); p == nil || p.Name != "spare" {
+		t.Errorf("Pool(spare) = %+v", p)
+	}
+	if p := c.Pool("nope"); p != nil {
+		t.Errorf("Pool(nope) = %+v, want nil", p)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	if _, err := Load(filepath.Join(t.TempDir(), "absent.yaml")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load(absent) = %v, want a not-exist error", err)
+	}
+}
+
+// BenchmarkParse measures a reload's parsing cost on the contract's example.
+func BenchmarkParse(b *testing.B) {
+	data, err := os.ReadFile("testdata/contract.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(data, "contract.yaml"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

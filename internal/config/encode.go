@@ -1,0 +1,143 @@
+package config
+
+import (
+	"bytes"
+	"strconv"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// YAML renders the effective config, every default written out, in the file's key order.
+// Parse of the result gives back c (Server.Line aside, which records positions). It is
+// what `moxi --check` prints and GET /config serves.
+func (c *Config) YAML() ([]byte, error) {
+	root := mapNode()
+	put(root, "listen", strNode(c.Listen))
+	put(root, "admin", strNode(c.Admin))
+	put(root, "shutdown_timeout", durNode(c.ShutdownTimeout))
+	limits := mapNode()
+	put(limits, "max_connections", intNode(c.Limits.MaxConnections))
+	put(limits, "max_key_bytes", intNode(c.Limits.MaxKeyBytes))
+	put(limits, "max_value_bytes", intNode(c.Limits.MaxValueBytes))
+	put(limits, "max_multiget_keys", intNode(c.Limits.MaxMultigetKeys))
+	put(root, "limits", limits)
+	put(root, "watch_config", boolNode(c.WatchConfig))
+
+	pools := mapNode()
+	for _, p := range c.Pools {
+		put(pools, p.Name, poolNode(p))
+	}
+	put(root, "pools", pools)
+	put(root, "default_pool", strNode(c.DefaultPool))
+	if len(c.Routes) > 0 {
+		routes := &yaml.Node{Kind: yaml.SequenceNode}
+		for _, r := range c.Routes {
+			m := mapNode()
+			put(m, "prefix", strNode(r.Prefix))
+			put(m, "pool", strNode(r.Pool))
+			routes.Content = append(routes.Content, m)
+		}
+		put(root, "routes", routes)
+	}
+	put(root, "dedup", boolNode(c.Dedup))
+
+	hot := mapNode()
+	put(hot, "prefixes", listNode(c.HotCache.Prefixes))
+	put(hot, "max_items", intNode(c.HotCache.MaxItems))
+	put(hot, "ttl", durNode(c.HotCache.TTL))
+	put(root, "hot_cache", hot)
+	faf := mapNode()
+	put(faf, "prefixes", listNode(c.FireAndForget.Prefixes))
+	put(faf, "max_pending", intNode(c.FireAndForget.MaxPending))
+	put(root, "fire_and_forget", faf)
+
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(root); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func poolNode(p *Pool) *yaml.Node {
+	m := mapNode()
+	put(m, "distribution", strNode(p.Distribution))
+	put(m, "hash", strNode(p.Hash))
+	if len(p.Servers) > 0 {
+		servers := &yaml.Node{Kind: yaml.SequenceNode}
+		for _, s := range p.Servers {
+			servers.Content = append(servers.Content, serverNode(s))
+		}
+		put(m, "servers", servers)
+	}
+	put(m, "connections", intNode(p.Connections))
+	put(m, "connect_timeout", durNode(p.ConnectTimeout))
+	put(m, "timeout", durNode(p.Timeout))
+	put(m, "retries", intNode(p.Retries))
+	put(m, "failure_limit", intNode(p.FailureLimit))
+	put(m, "dead_backoff", durNode(p.DeadBackoff))
+	put(m, "dead_backoff_max", durNode(p.DeadBackoffMax))
+	put(m, "failover", boolNode(p.Failover))
+	if p.Backup != "" {
+		put(m, "backup", strNode(p.Backup))
+	}
+	put(m, "embedded", intNode(p.Embedded))
+	put(m, "embedded_memory_mb", intNode(p.EmbeddedMemoryMB))
+	put(m, "migrate_rate", intNode(p.MigrateRate))
+	return m
+}
+
+// serverNode writes the short "host:port[:weight]" form when it says everything, so the
+// printed topology stays as readable as a hand-written one.
+func serverNode(s Server) *yaml.Node {
+	if s.Name == "" && s.MigrateFrom == "" {
+		if s.Weight == 1 {
+			return strNode(s.Addr)
+		}
+		return strNode(s.Addr + ":" + strconv.Itoa(s.Weight))
+	}
+	m := mapNode()
+	if s.Name != "" {
+		put(m, "name", strNode(s.Name))
+	}
+	put(m, "addr", strNode(s.Addr))
+	put(m, "weight", intNode(s.Weight))
+	if s.MigrateFrom != "" {
+		put(m, "migrate_from", strNode(s.MigrateFrom))
+	}
+	return m
+}
+
+func mapNode() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode} }
+
+func put(m *yaml.Node, key string, v *yaml.Node) {
+	m.Content = append(m.Content, strNode(key), v)
+}
+
+// strNode is a string scalar; the encoder quotes it when it would otherwise read back as
+// another type (e.g. "true" or "").
+func strNode(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s} }
+
+func intNode(i int) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(i)}
+}
+
+func boolNode(b bool) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(b)}
+}
+
+func durNode(d time.Duration) *yaml.Node { return strNode(d.String()) }
+
+// listNode is a flow-style list, ["a", "b"], as prefixes are written in the example.
+func listNode(ss []string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+	for _, s := range ss {
+		n.Content = append(n.Content, strNode(s))
+	}
+	return n
+}

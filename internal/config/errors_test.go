@@ -1,0 +1,211 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestErrors checks the exact report for each kind of mistake: file, line, field, message.
+func TestErrors(t *testing.T) {
+	// one is a valid single-pool prefix whose pool "p" is on line 2 and keys follow on line 3.
+	const one = "pools:\n  p:\n"
+	const two = "pools:\n  a: {embedded: 1}\n  b: {embedded: 1}\ndefault_pool: a\n"
+	tests := []struct {
+		name, src, want string
+	}{
+		{"unknown top-level key", "lisen: x\n" + one + "    embedded: 1\n",
+			"m.yaml:1: lisen: unknown key"},
+		{"unknown pool key", one + "    conections: 3\n    embedded: 1\n",
+			"m.yaml:3: pools.p.conections: unknown key"},
+		{"unknown server key", one + "    servers:\n      - {addr: \"h:1\", wieght: 2}\n",
+			"m.yaml:4: pools.p.servers[0].wieght: unknown key"},
+		{"unknown limits key", one + "    embedded: 1\nlimits:\n  max_keys: 3\n",
+			"m.yaml:5: limits.max_keys: unknown key"},
+		{"unknown hot_cache key", one + "    embedded: 1\nhot_cache: {prefix: [a]}\n",
+			"m.yaml:4: hot_cache.prefix: unknown key"},
+		{"merge key", one + "    embedded: 1\n    <<: {timeout: 1s}\n",
+			"m.yaml:4: pools.p.<<: merge keys are not supported; repeat the settings"},
+		{"duplicate key", one + "    embedded: 1\n    embedded: 2\n",
+			"m.yaml:4: pools.p.embedded: duplicate key (first at line 3)"},
+		{"duplicate pool", one + "    embedded: 1\n  p:\n    embedded: 1\n",
+			"m.yaml:4: pools.p: duplicate key (first at line 2)"},
+		{"bad yaml", "pools: [\n", "m.yaml:1: did not find expected node content"},
+		{"tab indentation", "pools:\n\tp: {}\n", "m.yaml:2: found character that cannot start any token"},
+		{"two documents", one + "    embedded: 1\n---\nlisten: x\n", "m.yaml:4: only one YAML document is allowed"},
+		{"root not a mapping", "- a\n", "m.yaml:1: want a mapping, got a list"},
+		{"empty file", "", "m.yaml: pools: at least one pool is required"},
+		{"no pools", "pools: {}\n", "m.yaml:1: pools: at least one pool is required"},
+		{"pools not a mapping", "pools: [a]\n", "m.yaml:1: pools: want a mapping, got a list"},
+		{"duration without unit", one + "    embedded: 1\n    timeout: 5\n",
+			`m.yaml:4: pools.p.timeout: bad duration "5": want Go syntax such as 250ms or 2s`},
+		{"duration garbage", one + "    embedded: 1\nhot_cache: {ttl: soon}\n",
+			`m.yaml:4: hot_cache.ttl: bad duration "soon": want Go syntax such as 250ms or 2s`},
+		{"negative duration", one + "    embedded: 1\nshutdown_timeout: -1s\n",
+			"m.yaml:4: shutdown_timeout: must not be negative, got -1s"},
+		{"zero timeout", one + "    embedded: 1\n    connect_timeout: 0s\n",
+			"m.yaml:4: pools.p.connect_timeout: must be positive, got 0s"},
+		{"backoff max below backoff", one + "    embedded: 1\n    dead_backoff: 2s\n    dead_backoff_max: 1s\n",
+			"m.yaml:5: pools.p.dead_backoff_max: dead_backoff_max (1s) must not be less than dead_backoff (2s)"},
+		{"backoff above default max", one + "    embedded: 1\n    dead_backoff: 1m\n",
+			"m.yaml:4: pools.p.dead_backoff: dead_backoff_max (10s) must not be less than dead_backoff (1m0s)"},
+		{"server without port", one + "    servers: [localhost]\n",
+			`m.yaml:3: pools.p.servers[0]: bad address "localhost": want host:port with a port from 1 to 65535`},
+		{"server port zero", one + "    servers: [\"h:0\"]\n",
+			`m.yaml:3: pools.p.servers[0]: bad address "h:0": want host:port with a port from 1 to 65535`},
+		{"server port too large", one + "    servers: [\"h:65536\"]\n",
+			`m.yaml:3: pools.p.servers[0]: bad address "h:65536": want host:port with a port from 1 to 65535`},
+		{"server port not numeric", one + "    servers: [\"h:memcache\"]\n",
+			`m.yaml:3: pools.p.servers[0]: bad address "h:memcache": want host:port with a port from 1 to 65535`},
+		{"server without host", one + "    servers: [\":11211\"]\n",
+			`m.yaml:3: pools.p.servers[0]: bad address ":11211": want host:port with a port from 1 to 65535`},
+		{"server map bad addr", one + "    servers:\n      - addr: h\n",
+			`m.yaml:4: pools.p.servers[0].addr: bad address "h": want host:port with a port from 1 to 65535`},
+		{"server map without addr", one + "    servers:\n      - name: a\n",
+			"m.yaml:4: pools.p.servers[0].addr: required"},
+		{"server map empty name", one + "    servers:\n      - {name: \"\", addr: \"h:1\"}\n",
+			"m.yaml:4: pools.p.servers[0].name: must not be empty; leave it out to use the address"},
+		{"server too many words", one + "    servers: [\"h:1:1 a b\"]\n",
+			`m.yaml:3: pools.p.servers[0]: bad server "h:1:1 a b": want "host:port[:weight] [name]"`},
+		{"server empty entry", one + "    servers:\n      -\n",
+			"m.yaml:4: pools.p.servers[0]: empty server entry"},
+		{"server a list", one + "    servers: [[a]]\n",
+			`m.yaml:3: pools.p.servers[0]: want "host:port[:weight] [name]" or a mapping, got a list`},
+		{"servers not a list", one + "    servers: \"h:1\"\n",
+			`m.yaml:3: pools.p.servers: want a list, got "h:1"`},
+		{"bad migrate_from", one + "    servers:\n      - {addr: \"h:1\", migrate_from: \"h\"}\n",
+			`m.yaml:4: pools.p.servers[0].migrate_from: bad address "h": want host:port with a port from 1 to 65535`},
+		{"migrate_from itself", one + "    servers:\n      - {addr: \"h:1\", migrate_from: \"h:01\"}\n",
+			"m.yaml:4: pools.p.servers[0].migrate_from: same as addr; a server cannot migrate from itself"},
+		{"weight zero", one + "    servers: [\"h:1:0\"]\n",
+			"m.yaml:3: pools.p.servers[0]: weight must be at least 1, got 0"},
+		{"weight negative", one + "    servers: [\"h:1:-2\"]\n",
+			"m.yaml:3: pools.p.servers[0]: weight must be at least 1, got -2"},
+		{"weight not a number", one + "    servers: [\"h:1:x\"]\n",
+			`m.yaml:3: pools.p.servers[0]: bad weight "x" in "h:1:x": want an integer`},
+		{"weight zero in map", one + "    servers:\n      - {addr: \"h:1\", weight: 0}\n",
+			"m.yaml:4: pools.p.servers[0].weight: must be at least 1, got 0"},
+		{"duplicate server addr", one + "    servers:\n      - h:1\n      - h:2\n      - h:01:3\n",
+			"m.yaml:6: pools.p.servers[2]: duplicate server address h:1 (first at line 4)"},
+		{"duplicate server name", one + "    servers:\n      - h:1:1 a\n      - {name: a, addr: \"h:2\"}\n",
+			`m.yaml:5: pools.p.servers[1]: duplicate server name "a" (first at line 4)`},
+		{"duplicate derived name", one + "    servers:\n      - h:11211\n      - h:2:1 h\n",
+			`m.yaml:5: pools.p.servers[1]: duplicate server name "h" (first at line 4)`},
+		{"neither servers nor embedded", one + "    hash: md5\n",
+			"m.yaml:2: pools.p: has neither servers nor embedded"},
+		{"empty servers list", one + "    servers: []\n",
+			"m.yaml:2: pools.p: has neither servers nor embedded"},
+		{"null pool", "pools:\n  p:\n", "m.yaml:2: pools.p: has neither servers nor embedded"},
+		{"both servers and embedded", one + "    servers: [\"h:1\"]\n    embedded: 2\n",
+			"m.yaml:4: pools.p: has both servers and embedded; give one"},
+		{"bad distribution", one + "    embedded: 1\n    distribution: random\n",
+			`m.yaml:4: pools.p.distribution: unknown distribution "random": want one of ketama, jump, modula`},
+		{"bad hash", one + "    embedded: 1\n    hash: sha1\n",
+			`m.yaml:4: pools.p.hash: unknown hash "sha1": want one of one_at_a_time, md5, crc16, crc32, crc32a, fnv1_64, fnv1a_64, fnv1_32, fnv1a_32, hsieh, murmur, jenkins`},
+		{"route to missing pool", one + "    embedded: 1\nroutes:\n  - {prefix: \"a:\", pool: q}\n",
+			`m.yaml:5: routes[0].pool: no pool named "q"`},
+		{"route without pool", one + "    embedded: 1\nroutes:\n  - {prefix: \"a:\"}\n",
+			"m.yaml:5: routes[0].pool: required"},
+		{"route with empty prefix", one + "    embedded: 1\nroutes:\n  - {prefix: \"\", pool: p}\n",
+			"m.yaml:5: routes[0].prefix: required and must not be empty; unrouted keys go to default_pool"},
+		{"route shadowed", one + "    embedded: 1\nroutes:\n  - {prefix: \"a:\", pool: p}\n  - {prefix: \"a:b\", pool: p}\n",
+			`m.yaml:6: routes[1].prefix: never matches: the route at line 5 (prefix "a:") matches first`},
+		{"routes not a list", one + "    embedded: 1\nroutes: {prefix: a}\n",
+			"m.yaml:4: routes: want a list, got a mapping"},
+		{"backup to missing pool", one + "    embedded: 1\n    backup: spare\n",
+			`m.yaml:4: pools.p.backup: no pool named "spare"`},
+		{"backup to itself", one + "    embedded: 1\n    backup: p\n",
+			"m.yaml:4: pools.p.backup: a pool cannot back up to itself"},
+		{"backup cycle", "pools:\n  a: {embedded: 1, backup: b}\n  b: {embedded: 1, backup: c}\n  c: {embedded: 1, backup: a}\ndefault_pool: a\n",
+			"m.yaml:2: pools.a.backup: backup cycle: a -> b -> c -> a"},
+		{"default_pool missing", two[:len(two)-2] + "x\n",
+			`m.yaml:4: default_pool: no pool named "x"`},
+		{"default_pool omitted", two[:strings.Index(two, "default_pool")],
+			"m.yaml:1: default_pool: required when there is more than one pool"},
+		{"negative max_connections", one + "    embedded: 1\nlimits: {max_connections: -1}\n",
+			"m.yaml:4: limits.max_connections: must be at least 1, got -1"},
+		{"max_key_bytes over 250", one + "    embedded: 1\nlimits: {max_key_bytes: 251}\n",
+			"m.yaml:4: limits.max_key_bytes: must be at most 250, got 251"},
+		{"max_value_bytes over 1GiB", one + "    embedded: 1\nlimits: {max_value_bytes: 1073741825}\n",
+			"m.yaml:4: limits.max_value_bytes: must be at most 1073741824, got 1073741825"},
+		{"negative retries", one + "    embedded: 1\n    retries: -1\n",
+			"m.yaml:4: pools.p.retries: must be at least 0, got -1"},
+		{"negative embedded", one + "    embedded: -1\n",
+			"m.yaml:3: pools.p.embedded: must be at least 0, got -1"},
+		{"zero connections", one + "    embedded: 1\n    connections: 0\n",
+			"m.yaml:4: pools.p.connections: must be at least 1, got 0"},
+		{"negative migrate_rate", one + "    embedded: 1\n    migrate_rate: -5\n",
+			"m.yaml:4: pools.p.migrate_rate: must be at least 0, got -5"},
+		{"negative max_pending", one + "    embedded: 1\nfire_and_forget: {max_pending: -1}\n",
+			"m.yaml:4: fire_and_forget.max_pending: must be at least 1, got -1"},
+		{"integer as word", one + "    embedded: one\n",
+			`m.yaml:3: pools.p.embedded: want an integer, got "one"`},
+		{"integer quoted", one + "    embedded: \"1\"\n",
+			`m.yaml:3: pools.p.embedded: want an integer, got "1"`},
+		{"integer overflow", one + "    embedded: 99999999999999999999\n",
+			`m.yaml:3: pools.p.embedded: want an integer, got "99999999999999999999"`},
+		{"bool as yes", one + "    embedded: 1\n    failover: yes\n",
+			`m.yaml:4: pools.p.failover: want true or false, got "yes"`},
+		{"scalar given a list", one + "    embedded: 1\nlisten: [a]\n",
+			"m.yaml:4: listen: want a single value, got a list"},
+		{"bad listen", one + "    embedded: 1\nlisten: 11211\n",
+			`m.yaml:4: listen: bad address "11211": want host:port with a port from 0 to 65535`},
+		{"bad admin", one + "    embedded: 1\nadmin: localhost\n",
+			`m.yaml:4: admin: bad address "localhost": want host:port with a port from 0 to 65535, or "" for off`},
+		{"empty prefix", one + "    embedded: 1\nhot_cache: {prefixes: [\"a\", \"\"]}\n",
+			"m.yaml:4: hot_cache.prefixes[1]: must not be empty"},
+		{"several errors in file order", "routes: [{prefix: \"a\", pool: nope}]\n" + one + "    embedded: x\n    timeout: 5\n",
+			"m.yaml:1: routes[0].pool: no pool named \"nope\"\n" +
+				"m.yaml:4: pools.p.embedded: want an integer, got \"x\"\n" +
+				"m.yaml:5: pools.p.timeout: bad duration \"5\": want Go syntax such as 250ms or 2s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.src), "m.yaml")
+			if err == nil {
+				t.Fatalf("Parse(%q) = %+v, want error %q", tt.src, c, tt.want)
+			}
+			if c != nil {
+				t.Errorf("Parse returned a config along with an error")
+			}
+			if got := err.Error(); got != tt.want {
+				t.Errorf("Parse(%q) error:\n%s\nwant:\n%s", tt.src, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestErrorType checks that callers can get at the position and field of a problem.
+func TestErrorType(t *testing.T) {
+	_, err := Parse([]byte("pools:\n  p:\n    embedded: 1\n    conections: 3\n"), "moxi.yaml")
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v is not an *Error", err)
+	}
+	want := Error{File: "moxi.yaml", Line: 4, Field: "pools.p.conections", Msg: "unknown key"}
+	if *e != want {
+		t.Errorf("got %+v, want %+v", *e, want)
+	}
+}
+
+// TestTooManyErrors checks that a long report is cut, with the rest counted.
+func TestTooManyErrors(t *testing.T) {
+	src := "pools:\n  p:\n    embedded: 1\n" + strings.Repeat("    x: 1\n", maxErrors+5)
+	_, err := Parse([]byte(src), "m.yaml")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != maxErrors+1 {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), maxErrors+1, err)
+	}
+	if lines[0] != "m.yaml:4: pools.p.x: unknown key" {
+		t.Errorf("first line %q", lines[0])
+	}
+	if lines[1] != "m.yaml:5: pools.p.x: duplicate key (first at line 4)" {
+		t.Errorf("second line %q", lines[1])
+	}
+	if last := lines[maxErrors]; last != "m.yaml: 5 more errors not shown" {
+		t.Errorf("last line %q", last)
+	}
+}

@@ -1,0 +1,288 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Read-only tables of the accepted names.
+var (
+	distributions = []string{"ketama", "jump", "modula"}
+	// twemproxy's hash names (nutcracker.yml `hash:`), so that its files carry over.
+	hashes = []string{"one_at_a_time", "md5", "crc16", "crc32", "crc32a", "fnv1_64", "fnv1a_64",
+		"fnv1_32", "fnv1a_32", "hsieh", "murmur", "jenkins"}
+)
+
+// Upper bounds that catch typos before they become memory: each knob below allocates in
+// proportion to its value.
+const (
+	maxPoolConnections = 1024    // connections per server
+	maxEmbedded        = 1024    // embedded shards per pool
+	maxRetries         = 100     // attempts multiply the worst-case latency
+	maxValueBytes      = 1 << 30 // memcached's own largest item size (-I 1024m)
+)
+
+// links holds the nodes of names that refer to pools, checked once every pool is known.
+type links struct {
+	pools       *yaml.Node            // value of `pools`, nil when absent
+	poolsKey    *yaml.Node            // key `pools`, where "default_pool required" points
+	defaultPool *yaml.Node            // value of `default_pool`
+	backups     map[string]*yaml.Node // pool name -> its `backup` value
+	routePools  []*yaml.Node          // value of each valid route's `pool`, as c.Routes
+}
+
+// Parse reads a config file's contents, fills in every default and validates the result.
+// filename is used only in error messages. On failure the error lists every problem found
+// (up to a bound), one "file:line: field: message" per line, and the Config is nil.
+func Parse(data []byte, filename string) (*Config, error) {
+	d := &decoder{file: filename}
+	root, ok := d.document(data)
+	if !ok {
+		return nil, d.err()
+	}
+	c := newConfig()
+	l := &links{backups: map[string]*yaml.Node{}}
+	if d.config(c, root, l) {
+		d.link(c, l)
+	}
+	if err := d.err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// yamlLine matches the position yaml.v3 puts in its syntax errors.
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// document parses data as exactly one YAML document and returns its top node; an empty
+// file gives an empty mapping so that its only complaint is the missing pools.
+func (d *decoder) document(data []byte) (*yaml.Node, bool) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		d.syntax(err)
+		return nil, false
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		d.fail(&next, "", "only one YAML document is allowed")
+		return nil, false
+	case !errors.Is(err, io.EOF):
+		d.syntax(err)
+		return nil, false
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		return &yaml.Node{Kind: yaml.MappingNode, Line: 1}, true
+	}
+	return deref(doc.Content[0]), true
+}
+
+func (d *decoder) syntax(err error) {
+	msg := err.Error()
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		d.fail(&yaml.Node{Line: line}, "", "%s", m[2])
+		return
+	}
+	d.fail(nil, "", "%s", strings.TrimPrefix(msg, "yaml: "))
+}
+
+// config reads the top-level mapping; false means it is not one, and there is nothing
+// more to check.
+func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
+	if isNull(root) {
+		root = &yaml.Node{Kind: yaml.MappingNode, Line: root.Line}
+	}
+	if root.Kind != yaml.MappingNode {
+		d.fail(root, "", "want a mapping, got %s", describe(root))
+		return false
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == "pools" {
+			l.poolsKey = root.Content[i]
+		}
+	}
+	seen := d.mapping(root, "", map[string]field{
+		"listen":           d.listenAddr(&c.Listen, false),
+		"admin":            d.listenAddr(&c.Admin, true),
+		"shutdown_timeout": d.duration(&c.ShutdownTimeout, false),
+		"limits": func(v *yaml.Node, path string) {
+			d.mapping(v, path, map[string]field{
+				"max_connections":   d.integer(&c.Limits.MaxConnections, 1, math.MaxInt),
+				"max_key_bytes":     d.integer(&c.Limits.MaxKeyBytes, 1, defaultMaxKeyBytes),
+				"max_value_bytes":   d.integer(&c.Limits.MaxValueBytes, 1, maxValueBytes),
+				"max_multiget_keys": d.integer(&c.Limits.MaxMultigetKeys, 1, math.MaxInt),
+			})
+		},
+		"watch_config": d.boolean(&c.WatchConfig),
+		"pools":        func(v *yaml.Node, path string) { c.Pools = d.pools(v, path, l) },
+		"default_pool": d.str(&c.DefaultPool),
+		"routes":       d.routes(&c.Routes, l),
+		"dedup":        d.boolean(&c.Dedup),
+		"hot_cache": func(v *yaml.Node, path string) {
+			d.mapping(v, path, map[string]field{
+				"prefixes":  d.strings(&c.HotCache.Prefixes),
+				"max_items": d.integer(&c.HotCache.MaxItems, 1, math.MaxInt),
+				"ttl":       d.duration(&c.HotCache.TTL, true),
+			})
+		},
+		"fire_and_forget": func(v *yaml.Node, path string) {
+			d.mapping(v, path, map[string]field{
+				"prefixes":    d.strings(&c.FireAndForget.Prefixes),
+				"max_pending": d.integer(&c.FireAndForget.MaxPending, 1, math.MaxInt),
+			})
+		},
+	})
+	l.pools = seen["pools"]
+	if v := seen["default_pool"]; v != nil && !isNull(v) {
+		l.defaultPool = v
+	}
+	return true
+}
+
+// listenAddr reads an address to listen on; offOK lets "" mean "do not listen".
+func (d *decoder) listenAddr(dst *string, offOK bool) field {
+	return func(v *yaml.Node, path string) {
+		if !d.scalar(v, path) {
+			return
+		}
+		if v.Value == "" && offOK {
+			*dst = ""
+			return
+		}
+		a, ok := canonAddr(v.Value, true)
+		if !ok {
+			off := ""
+			if offOK {
+				off = `, or "" for off`
+			}
+			d.fail(v, path, "bad address %q: want host:port with a port from 0 to 65535%s", v.Value, off)
+			return
+		}
+		*dst = a
+	}
+}
+
+// pools reads the pools mapping, keeping file order.
+func (d *decoder) pools(v *yaml.Node, path string, l *links) []*Pool {
+	var out []*Pool
+	d.entries(v, path, func(name string, k, pv *yaml.Node) {
+		at := join(path, name)
+		if name == "" {
+			d.fail(k, at, "a pool needs a name")
+			return
+		}
+		p := newPool(name)
+		if b := d.pool(p, k, pv, at); b != nil {
+			l.backups[name] = b
+		}
+		out = append(out, p)
+	})
+	return out
+}
+
+// pool reads one pool's settings into p and returns the node of its backup, if any.
+func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) *yaml.Node {
+	seen := d.mapping(v, path, map[string]field{
+		"distribution":       d.oneOf(&p.Distribution, "distribution", distributions),
+		"hash":               d.oneOf(&p.Hash, "hash", hashes),
+		"servers":            d.servers(&p.Servers),
+		"connections":        d.integer(&p.Connections, 1, maxPoolConnections),
+		"connect_timeout":    d.duration(&p.ConnectTimeout, true),
+		"timeout":            d.duration(&p.Timeout, true),
+		"retries":            d.integer(&p.Retries, 0, maxRetries),
+		"failure_limit":      d.integer(&p.FailureLimit, 1, math.MaxInt),
+		"dead_backoff":       d.duration(&p.DeadBackoff, true),
+		"dead_backoff_max":   d.duration(&p.DeadBackoffMax, true),
+		"failover":           d.boolean(&p.Failover),
+		"backup":             d.str(&p.Backup),
+		"embedded":           d.integer(&p.Embedded, 0, maxEmbedded),
+		"embedded_memory_mb": d.integer(&p.EmbeddedMemoryMB, 1, math.MaxInt),
+		"migrate_rate":       d.integer(&p.MigrateRate, 0, math.MaxInt),
+	})
+	if p.DeadBackoffMax < p.DeadBackoff {
+		at, n := "dead_backoff_max", seen["dead_backoff_max"]
+		if n == nil {
+			at, n = "dead_backoff", seen["dead_backoff"]
+		}
+		d.fail(n, join(path, at), "dead_backoff_max (%s) must not be less than dead_backoff (%s)",
+			p.DeadBackoffMax, p.DeadBackoff)
+	}
+	// servers: [] counts as none; a list whose entries all failed has already been reported.
+	sv := seen["servers"]
+	hasServers := sv != nil && !isNull(sv) && (sv.Kind != yaml.SequenceNode || len(sv.Content) > 0)
+	switch {
+	case d.bad[seen["embedded"]]:
+		// Already reported; whether the pool has shards is unknown.
+	case hasServers && p.Embedded > 0:
+		d.fail(seen["embedded"], path, "has both servers and embedded; give one")
+	case !hasServers && p.Embedded == 0:
+		d.fail(key, path, "has neither servers nor embedded")
+	}
+	if b := seen["backup"]; b != nil && !isNull(b) {
+		return b
+	}
+	return nil
+}
+
+// routes reads the route list; a prefix that an earlier prefix already covers is an
+// error because that route could never match.
+func (d *decoder) routes(dst *[]Route, l *links) field {
+	return func(v *yaml.Node, path string) {
+		if v.Kind != yaml.SequenceNode {
+			d.fail(v, path, "want a list, got %s", describe(v))
+			return
+		}
+		var lines []int
+		for i, e := range v.Content {
+			e = deref(e)
+			at := index(path, i)
+			if isNull(e) {
+				d.fail(e, at, "empty route")
+				continue
+			}
+			var r Route
+			n := len(d.errs) + d.dropped
+			seen := d.mapping(e, at, map[string]field{"prefix": d.str(&r.Prefix), "pool": d.str(&r.Pool)})
+			if len(d.errs)+d.dropped != n || e.Kind != yaml.MappingNode {
+				continue
+			}
+			pn, ok := seen["pool"]
+			if !ok || isNull(pn) {
+				d.fail(e, join(at, "pool"), "required")
+				continue
+			}
+			pre := seen["prefix"]
+			if pre == nil || isNull(pre) || r.Prefix == "" {
+				if pre == nil {
+					pre = e
+				}
+				d.fail(pre, join(at, "prefix"), "required and must not be empty; unrouted keys go to default_pool")
+				continue
+			}
+			shadowed := false
+			for j, earlier := range *dst {
+				if strings.HasPrefix(r.Prefix, earlier.Prefix) {
+					d.fail(pre, join(at, "prefix"), "never matches: the route at line %d (prefix %q) matches first",
+						lines[j], earlier.Prefix)
+					shadowed = true
+					break
+				}
+			}
+			if shadowed {
+				continue
+			}
+			*dst = append(*dst, r)
+			lines = append(lines, e.Line)
+			l.routePools = append(l.routePools, pn)
+		}
+	}
+}

@@ -1,0 +1,197 @@
+// Package frontend accepts memcached clients: one goroutine per connection decodes requests
+// (text or binary, told apart by the first byte), hands each to a Handler and writes the
+// answers back in order.
+package frontend
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"moxi/internal/protocol"
+)
+
+// Handler answers one decoded request, appending its responses to resps (one per key for a
+// retrieval, else one) and returning the extended slice. req's bytes are valid only during
+// the call. quit and noop are answered by the connection itself and never reach a Handler.
+type Handler interface {
+	Handle(ctx context.Context, req *protocol.Request, resps []protocol.Response) []protocol.Response
+}
+
+// Server accepts client connections. Set the exported fields before Serve; they are not
+// changed afterwards.
+type Server struct {
+	Handler        Handler
+	Limits         protocol.Limits // protocol.DefaultLimits when zero
+	MaxConnections int             // further clients get "SERVER_ERROR too many connections"; 0 = unlimited
+	Logger         *slog.Logger    // nil = slog.Default()
+
+	current atomic.Int64
+	total   atomic.Uint64
+
+	readers sync.Pool // of *bufio.Reader, lent to connections while they are busy
+	writers sync.Pool // of *[]byte output buffers, likewise
+
+	closing   atomic.Bool // set once by Shutdown, under mu
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{} // guarded by mu
+	conns     map[*conn]struct{}        // guarded by mu
+	done      sync.WaitGroup            // one per live connection
+}
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = errors.New("frontend: server closed")
+
+// RegisterMetrics exports moxi_connections_current to reg.
+func (s *Server) RegisterMetrics(reg prometheus.Registerer) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "moxi_connections_current",
+		Help: "Client connections open now.",
+	}, func() float64 { return float64(s.current.Load()) }))
+}
+
+// Connections reports the client connections open now and accepted since start.
+func (s *Server) Connections() (current, total uint64) {
+	return uint64(s.current.Load()), s.total.Load()
+}
+
+// Serve accepts connections on ln until Shutdown or a listener error; it always closes ln.
+func (s *Server) Serve(ln net.Listener) error {
+	defer ln.Close()
+	if !s.track(ln) {
+		return ErrServerClosed
+	}
+	defer s.untrack(ln)
+	logger := s.logger()
+	var tempDelay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) {
+				// Out of file descriptors or a transient failure: back off instead of spinning.
+				tempDelay = min(max(2*tempDelay, 5*time.Millisecond), time.Second)
+				logger.Warn("accept failed; retrying", "err", err, "delay", tempDelay)
+				time.Sleep(tempDelay)
+				continue
+			}
+			return err
+		}
+		tempDelay = 0
+		s.total.Add(1)
+		if n := s.current.Add(1); s.MaxConnections > 0 && n > int64(s.MaxConnections) {
+			s.current.Add(-1)
+			refuse(nc)
+			continue
+		}
+		c := newConn(s, nc)
+		if !s.addConn(c) {
+			s.current.Add(-1)
+			nc.Close()
+			return ErrServerClosed
+		}
+		go c.serve()
+	}
+}
+
+// refuse tells a client over the connection limit why, then closes it. The write is bounded
+// so that a client that never reads cannot stall the accept loop.
+func refuse(nc net.Conn) {
+	_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = nc.Write([]byte("SERVER_ERROR too many connections\r\n"))
+	_ = nc.Close()
+}
+
+// Shutdown stops accepting, lets requests being handled finish and closes idle connections;
+// when ctx ends first it closes the remaining connections and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing.Store(true)
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.interrupt()
+	}
+	s.mu.Unlock()
+
+	finished := make(chan struct{})
+	go func() { s.done.Wait(); close(finished) }()
+	select {
+	case <-finished:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-finished
+		return ctx.Err()
+	}
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}
+
+func (s *Server) limits() protocol.Limits {
+	if s.Limits == (protocol.Limits{}) {
+		return protocol.DefaultLimits
+	}
+	return s.Limits
+}
+
+func (s *Server) track(ln net.Listener) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Load() {
+		return false
+	}
+	if s.listeners == nil {
+		s.listeners = make(map[net.Listener]struct{})
+	}
+	s.listeners[ln] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(ln net.Listener) {
+	s.mu.Lock()
+	delete(s.listeners, ln)
+	s.mu.Unlock()
+}
+
+func (s *Server) addConn(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Load() {
+		return false
+	}
+	if s.conns == nil {
+		s.conns = make(map[*conn]struct{})
+	}
+	s.conns[c] = struct{}{}
+	s.done.Add(1)
+	return true
+}
+
+func (s *Server) removeConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.current.Add(-1)
+	s.done.Done()
+}

@@ -1,0 +1,129 @@
+// Package memcachedtest starts real memcached processes on free loopback ports for tests,
+// and stops them when the test ends.
+package memcachedtest
+
+import (
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is a running memcached.
+type Server struct {
+	Addr string
+	cmd  *exec.Cmd
+	out  *strings.Builder
+	args []string
+}
+
+// Start runs memcached with extra arguments on a free loopback port. A missing memcached
+// fails the test: the suite's `make test` installs it.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("memcached")
+	if err != nil {
+		t.Fatal("memcached not found: run `make deps` (or `make test`, which installs it)")
+	}
+	s := &Server{Addr: FreeAddr(t)}
+	_, port, _ := net.SplitHostPort(s.Addr)
+	s.args = append([]string{"-u", "nobody", "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "64"}, extra...)
+	s.cmd = exec.Command(bin, s.args...)
+	s.start(t)
+	t.Cleanup(func() { s.Stop() })
+	return s
+}
+
+func (s *Server) start(t testing.TB) {
+	t.Helper()
+	s.out = &strings.Builder{}
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start memcached: %v", err)
+	}
+	if err := WaitListening(s.Addr, 10*time.Second); err != nil {
+		s.Stop()
+		t.Fatalf("memcached %s: %v\n%s", s.Addr, err, s.out.String())
+	}
+}
+
+// Restart starts the server again on the same port after Stop or Kill.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.cmd = exec.Command(s.cmd.Path, s.args...)
+	s.start(t)
+}
+
+// Stop kills the process and waits for it; safe to call twice.
+func (s *Server) Stop() {
+	if s.cmd.Process == nil || s.cmd.ProcessState != nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+// Signal sends sig (e.g. SIGSTOP, SIGCONT) to the process.
+func (s *Server) Signal(sig syscall.Signal) error {
+	return s.cmd.Process.Signal(sig)
+}
+
+// FreeAddr is a loopback address whose port was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// WaitListening waits until addr accepts a connection.
+func WaitListening(addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			return c.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not listening after %v: %w", timeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Stats is the server's "stats" as a map, read over a fresh text connection.
+func Stats(t testing.TB, addr string) map[string]string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("stats\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	stats := map[string]string{}
+	var buf strings.Builder
+	b := make([]byte, 4096)
+	for !strings.HasSuffix(buf.String(), "END\r\n") {
+		n, err := c.Read(b)
+		if err != nil {
+			t.Fatalf("stats from %s: %v", addr, err)
+		}
+		buf.Write(b[:n])
+	}
+	for _, line := range strings.Split(buf.String(), "\r\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "STAT" {
+			stats[f[1]] = f[2]
+		}
+	}
+	return stats
+}

@@ -1,0 +1,169 @@
+package proxy
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"moxi/internal/protocol"
+)
+
+// counters are the proxy's own memcached-style statistics, answered to "stats".
+type counters struct {
+	cmdGet, getHits, getMisses    atomic.Uint64
+	cmdSet, cmdFlush, cmdTouch    atomic.Uint64
+	deleteHits, deleteMisses      atomic.Uint64
+	incrHits, incrMisses          atomic.Uint64
+	decrHits, decrMisses          atomic.Uint64
+	casHits, casMisses, casBadval atomic.Uint64
+	touchHits, touchMisses        atomic.Uint64
+	backendErrors                 atomic.Uint64
+}
+
+// count records one answered request.
+func (c *counters) count(req *protocol.Request, resps []protocol.Response) {
+	for i := range resps {
+		if resps[i].Status == protocol.StatusTempFailure {
+			c.backendErrors.Add(1)
+		}
+	}
+	hitOrMiss := func(hits, misses *atomic.Uint64) {
+		switch resps[0].Status {
+		case protocol.StatusOK:
+			hits.Add(1)
+		case protocol.StatusNotFound:
+			misses.Add(1)
+		}
+	}
+	switch req.Op {
+	case protocol.OpGet, protocol.OpGets, protocol.OpGat, protocol.OpGats:
+		c.cmdGet.Add(uint64(len(resps)))
+		if req.Op == protocol.OpGat || req.Op == protocol.OpGats {
+			c.cmdTouch.Add(uint64(len(resps)))
+		}
+		for i := range resps {
+			switch resps[i].Status {
+			case protocol.StatusOK:
+				c.getHits.Add(1)
+			case protocol.StatusNotFound:
+				c.getMisses.Add(1)
+			}
+		}
+	case protocol.OpSet, protocol.OpAdd, protocol.OpReplace, protocol.OpAppend, protocol.OpPrepend:
+		c.cmdSet.Add(1)
+	case protocol.OpCas:
+		c.cmdSet.Add(1)
+		switch resps[0].Status {
+		case protocol.StatusOK:
+			c.casHits.Add(1)
+		case protocol.StatusNotFound:
+			c.casMisses.Add(1)
+		case protocol.StatusExists:
+			c.casBadval.Add(1)
+		}
+	case protocol.OpDelete:
+		hitOrMiss(&c.deleteHits, &c.deleteMisses)
+	case protocol.OpIncr:
+		hitOrMiss(&c.incrHits, &c.incrMisses)
+	case protocol.OpDecr:
+		hitOrMiss(&c.decrHits, &c.decrMisses)
+	case protocol.OpTouch:
+		c.cmdTouch.Add(1)
+		hitOrMiss(&c.touchHits, &c.touchMisses)
+	case protocol.OpFlushAll:
+		c.cmdFlush.Add(1)
+	}
+}
+
+// statsResponse answers "stats" (the proxy's own counters) and "stats proxy" (each server's
+// own stats, prefixed "pool:server:"). Other groups are unknown to a proxy.
+func (p *Proxy) statsResponse(ctx context.Context, t *Topology, req *protocol.Request) protocol.Response {
+	switch string(req.Args) {
+	case "":
+		return protocol.Response{Stats: p.generalStats()}
+	case "proxy":
+		return protocol.Response{Stats: p.serverStats(ctx, t)}
+	default:
+		return protocol.Response{Status: protocol.StatusUnknownCommand}
+	}
+}
+
+func (p *Proxy) generalStats() []protocol.Stat {
+	var cur, total uint64
+	if p.opts.Connections != nil {
+		cur, total = p.opts.Connections()
+	}
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	now := time.Now()
+	c := &p.stats
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	tv := func(t syscall.Timeval) string {
+		return strconv.FormatInt(t.Sec, 10) + "." + leftPad(strconv.FormatInt(t.Usec, 10), 6)
+	}
+	return []protocol.Stat{
+		{Name: "pid", Value: strconv.Itoa(os.Getpid())},
+		{Name: "uptime", Value: strconv.FormatInt(int64(now.Sub(p.started)/time.Second), 10)},
+		{Name: "time", Value: strconv.FormatInt(now.Unix(), 10)},
+		{Name: "version", Value: p.opts.Version},
+		{Name: "pointer_size", Value: strconv.Itoa(strconv.IntSize)},
+		{Name: "rusage_user", Value: tv(ru.Utime)},
+		{Name: "rusage_system", Value: tv(ru.Stime)},
+		{Name: "max_connections", Value: strconv.Itoa(p.opts.MaxConnections)},
+		{Name: "curr_connections", Value: u(cur)},
+		{Name: "total_connections", Value: u(total)},
+		{Name: "cmd_get", Value: u(c.cmdGet.Load())},
+		{Name: "cmd_set", Value: u(c.cmdSet.Load())},
+		{Name: "cmd_flush", Value: u(c.cmdFlush.Load())},
+		{Name: "cmd_touch", Value: u(c.cmdTouch.Load())},
+		{Name: "get_hits", Value: u(c.getHits.Load())},
+		{Name: "get_misses", Value: u(c.getMisses.Load())},
+		{Name: "delete_misses", Value: u(c.deleteMisses.Load())},
+		{Name: "delete_hits", Value: u(c.deleteHits.Load())},
+		{Name: "incr_misses", Value: u(c.incrMisses.Load())},
+		{Name: "incr_hits", Value: u(c.incrHits.Load())},
+		{Name: "decr_misses", Value: u(c.decrMisses.Load())},
+		{Name: "decr_hits", Value: u(c.decrHits.Load())},
+		{Name: "cas_misses", Value: u(c.casMisses.Load())},
+		{Name: "cas_hits", Value: u(c.casHits.Load())},
+		{Name: "cas_badval", Value: u(c.casBadval.Load())},
+		{Name: "touch_hits", Value: u(c.touchHits.Load())},
+		{Name: "touch_misses", Value: u(c.touchMisses.Load())},
+		{Name: "backend_errors", Value: u(c.backendErrors.Load())},
+		{Name: "threads", Value: strconv.Itoa(runtime.GOMAXPROCS(0))},
+	}
+}
+
+func leftPad(s string, n int) string {
+	for len(s) < n {
+		s = "0" + s
+	}
+	return s
+}
+
+// serverStats asks every server for its stats and prefixes each line with "pool:server:".
+func (p *Proxy) serverStats(ctx context.Context, t *Topology) []protocol.Stat {
+	var out []protocol.Stat
+	req := protocol.Request{Op: protocol.OpStats}
+	for _, pl := range t.Pools {
+		for i := range pl.Len() {
+			m := pl.Member(i)
+			prefix := pl.Name() + ":" + m.Name + ":"
+			out = append(out, protocol.Stat{Name: prefix + "addr", Value: m.Addr},
+				protocol.Stat{Name: prefix + "weight", Value: strconv.Itoa(m.Weight)})
+			var resp [1]protocol.Response
+			if err := m.Server.Do(ctx, &req, resp[:]); err != nil {
+				out = append(out, protocol.Stat{Name: prefix + "error", Value: err.Error()})
+				continue
+			}
+			for _, s := range resp[0].Stats {
+				out = append(out, protocol.Stat{Name: prefix + s.Name, Value: s.Value})
+			}
+		}
+	}
+	return out
+}

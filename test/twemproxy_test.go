@@ -1,0 +1,163 @@
+package test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"moxi/internal/memcachedtest"
+)
+
+// TestPlacementMatchesTwemproxy writes 3,000 keys through nutcracker (twemproxy) and through
+// moxi configured with the same server list, and checks that every key lands on the same
+// memcached, for both of twemproxy's common hashes and every server-list form.
+func TestPlacementMatchesTwemproxy(t *testing.T) {
+	nutcracker := requireBinary(t, "nutcracker")
+	mcs := cluster(t, 3)
+	keys := make([]string, 3000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%d:profile", i*7919)
+	}
+	forms := []struct {
+		name    string
+		servers func(addr string, i int) string
+	}{
+		{"equal weights", func(a string, i int) string { return a + ":1" }},
+		{"weights 1,2,3", func(a string, i int) string { return fmt.Sprintf("%s:%d", a, i+1) }},
+		{"named servers", func(a string, i int) string { return fmt.Sprintf("%s:1 cache-%c", a, 'a'+i) }},
+	}
+	for _, hash := range []string{"md5", "fnv1a_64"} {
+		for _, form := range forms {
+			t.Run(hash+"/"+form.name, func(t *testing.T) {
+				var servers []string
+				for i, mc := range mcs {
+					servers = append(servers, form.servers(mc.Addr, i))
+				}
+				flushAll(t, mcs)
+				twem := startNutcracker(t, nutcracker, hash, servers)
+				setKeys(t, twem.addr, keys)
+				want := placement(t, mcs, keys)
+
+				flushAll(t, mcs)
+				moxi := startMoxi(t, "--config", writeConfig(t, poolConfig(
+					"    distribution: ketama\n    hash: "+hash+"\n", servers...)))
+				setKeys(t, moxi.addr, keys)
+				got := placement(t, mcs, keys)
+
+				differ, perServer := 0, make([]int, len(mcs))
+				for i := range keys {
+					if got[i] != want[i] {
+						if differ < 5 {
+							t.Errorf("%s: twemproxy put it on server %d, moxi on %d", keys[i], want[i], got[i])
+						}
+						differ++
+					}
+					perServer[got[i]]++
+				}
+				t.Logf("%d/%d keys placed as twemproxy does; per server %v", len(keys)-differ, len(keys), perServer)
+				if differ > 0 {
+					t.Errorf("%d of %d keys placed differently", differ, len(keys))
+				}
+			})
+		}
+	}
+}
+
+func startNutcracker(t *testing.T, bin, hash string, servers []string) *process {
+	t.Helper()
+	addr, stats := freeAddr(t), freeAddr(t)
+	_, statsPort, _ := net.SplitHostPort(stats)
+	var conf strings.Builder
+	fmt.Fprintf(&conf, "alpha:\n  listen: %s\n  hash: %s\n  distribution: ketama\n  timeout: 2000\n  servers:\n", addr, hash)
+	for _, s := range servers {
+		fmt.Fprintf(&conf, "   - %s\n", s)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nutcracker.yml")
+	if err := os.WriteFile(path, []byte(conf.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return start(t, addr, bin, "-c", path, "-s", statsPort, "-a", "127.0.0.1", "-o", filepath.Join(dir, "nutcracker.log"))
+}
+
+func flushAll(t *testing.T, mcs []*memcachedtest.Server) {
+	t.Helper()
+	for _, mc := range mcs {
+		c, err := net.Dial("tcp", mc.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roundTrip(t, c, bufio.NewReader(c), "flush_all\r\n", "OK")
+		c.Close()
+	}
+}
+
+// setKeys stores each key (value "1") through addr, pipelined in chunks.
+func setKeys(t *testing.T, addr string, keys []string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	for start := 0; start < len(keys); start += 500 {
+		chunk := keys[start:min(start+500, len(keys))]
+		var b strings.Builder
+		for _, k := range chunk {
+			fmt.Fprintf(&b, "set %s 0 0 1\r\n1\r\n", k)
+		}
+		if _, err := c.Write([]byte(b.String())); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range chunk {
+			line, err := r.ReadString('\n')
+			if err != nil || line != "STORED\r\n" {
+				t.Fatalf("set %s through %s: %q %v", k, addr, line, err)
+			}
+		}
+	}
+}
+
+// placement asks every server directly which keys it holds: the server index per key.
+func placement(t *testing.T, mcs []*memcachedtest.Server, keys []string) []int {
+	t.Helper()
+	owner := make([]int, len(keys))
+	for i := range owner {
+		owner[i] = -1
+	}
+	index := make(map[string]int, len(keys))
+	for i, k := range keys {
+		index[k] = i
+	}
+	for s, mc := range mcs {
+		c, err := net.Dial("tcp", mc.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := roundTrip(t, c, bufio.NewReader(c), "get "+strings.Join(keys, " ")+"\r\n", "END")
+		c.Close()
+		for _, l := range lines {
+			f := strings.Fields(l)
+			if len(f) == 4 && f[0] == "VALUE" {
+				i, ok := index[f[1]]
+				if !ok || owner[i] != -1 {
+					t.Fatalf("server %d holds %q twice or unasked", s, f[1])
+				}
+				owner[i] = s
+			}
+		}
+	}
+	for i, o := range owner {
+		if o == -1 {
+			t.Fatalf("key %s is on no server", keys[i])
+		}
+	}
+	return owner
+}

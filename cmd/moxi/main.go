@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -40,6 +41,7 @@ type options struct {
 	logFormat  string
 	check      bool
 	version    bool
+	pprof      bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -54,6 +56,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	fs.BoolVar(&o.check, "check", false, "validate the config, print the effective topology and exit")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -98,10 +101,20 @@ func loadConfig(o *options) (*config.Config, error) {
 		}
 	}
 	if o.listen != nil {
-		cfg.Listen = *o.listen
+		addr, err := config.ListenAddr(*o.listen)
+		if err != nil {
+			return nil, fmt.Errorf("--listen: %w", err)
+		}
+		cfg.Listen = addr
 	}
-	if o.admin != nil {
-		cfg.Admin = *o.admin
+	if o.admin != nil && *o.admin != "" {
+		addr, err := config.ListenAddr(*o.admin)
+		if err != nil {
+			return nil, fmt.Errorf("--admin: %w", err)
+		}
+		cfg.Admin = addr
+	} else if o.admin != nil {
+		cfg.Admin = ""
 	}
 	return cfg, nil
 }
@@ -119,6 +132,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "moxi", version)
 		return 0
 	}
+	logger, err := newLogger(o, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "moxi:", err)
+		return 2
+	}
 	cfg, err := loadConfig(o)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -127,12 +145,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.check {
 		return check(cfg, stdout, stderr)
 	}
-	logger, err := newLogger(o, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "moxi:", err)
-		return 2
-	}
-	if err := serve(cfg, logger); err != nil {
+	if err := serve(cfg, o, logger); err != nil {
 		logger.Error("moxi stopped", "err", err)
 		return 1
 	}
@@ -157,7 +170,7 @@ func check(cfg *config.Config, stdout, stderr io.Writer) int {
 }
 
 // serve runs moxi until SIGINT or SIGTERM, then shuts down within cfg.ShutdownTimeout.
-func serve(cfg *config.Config, logger *slog.Logger) error {
+func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 	topo, err := buildTopology(cfg, logger, true)
 	if err != nil {
 		return err
@@ -191,7 +204,7 @@ func serve(cfg *config.Config, logger *slog.Logger) error {
 			ln.Close()
 			return fmt.Errorf("admin listen: %w", err)
 		}
-		admin = &http.Server{Handler: adminHandler(reg), ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+		admin = &http.Server{Handler: adminHandler(reg, o.pprof), ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 		go func() {
 			if err := admin.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("admin server stopped", "err", err)
@@ -226,8 +239,15 @@ func serve(cfg *config.Config, logger *slog.Logger) error {
 	return nil
 }
 
-func adminHandler(reg *prometheus.Registry) http.Handler {
+func adminHandler(reg *prometheus.Registry, withPprof bool) http.Handler {
 	mux := http.NewServeMux()
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,21 +23,21 @@ const keepWriteBuffer = 256 << 10
 
 // conn is one persistent connection to the server, redialed whenever it breaks.
 //
-// Writes: the caller that finds no write in progress becomes the writer and writes
-// everything queued — its own packets and those that others append meanwhile — so a burst
-// of requests becomes one system call without a writer goroutine. Reads: one goroutine
-// (dialLoop, which also dials) decodes answers and completes calls in order.
+// Callers encode their packets into wbuf and wake writeLoop, which writes whatever has
+// accumulated by the time it runs: under load many requests share one system call, which
+// is where a proxy earns its keep. dialLoop dials and then reads, completing calls in order.
 type conn struct {
-	s  *Server
-	up atomic.Bool // a connection is established; read without mu to pick a conn
+	s    *Server
+	up   atomic.Bool   // a connection is established; read without mu to pick a conn
+	kick chan struct{} // wakes writeLoop; capacity 1, so a wake-up is never lost or blocking
 
 	mu      sync.Mutex
 	nc      net.Conn      // nil while down
+	stop    chan struct{} // closed when nc fails: its writeLoop exits
 	dialing bool          // a dial is in progress
 	ready   chan struct{} // closed when the dial in progress ends
 	wbuf    []byte        // packets not yet written
-	spare   []byte        // the other write buffer, while the writer writes one
-	writing bool          // some caller is writing
+	spare   []byte        // the other write buffer, while writeLoop writes one
 	queue   fifo          // calls sent and not yet answered, in send order
 	opaque  uint32        // next opaque
 	closed  bool          // Close was called
@@ -44,7 +45,7 @@ type conn struct {
 
 func newConn(s *Server) *conn {
 	// Born dialing, so that a request made before dialLoop starts waits for the first dial.
-	return &conn{s: s, ready: make(chan struct{}), dialing: true}
+	return &conn{s: s, ready: make(chan struct{}), dialing: true, kick: make(chan struct{}, 1)}
 }
 
 // enqueue encodes cl and queues it for writing; false when the connection is down.
@@ -57,39 +58,45 @@ func (c *conn) enqueue(cl *call) bool {
 	c.wbuf = cl.encode(c.wbuf, c.opaque)
 	c.opaque += cl.n
 	c.queue.push(cl)
-	if c.writing {
-		c.mu.Unlock()
-		return true
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default: // already woken
 	}
-	c.writing = true
-	c.writeQueued() // unlocks
 	return true
 }
 
-// writeQueued writes until nothing is queued. Called with mu held and writing set; returns
-// with mu released.
-func (c *conn) writeQueued() {
+// writeLoop writes queued packets to nc until nc fails (stop is closed).
+func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
+	defer c.s.wg.Done()
 	for {
-		nc := c.nc
-		if nc == nil || len(c.wbuf) == 0 {
-			c.writing = false
-			c.mu.Unlock()
+		select {
+		case <-c.kick:
+		case <-stop:
 			return
 		}
-		buf := c.wbuf
-		c.wbuf, c.spare = c.spare[:0], nil
-		c.mu.Unlock()
-
-		_ = nc.SetWriteDeadline(time.Now().Add(c.s.opts.Timeout))
-		_, err := nc.Write(buf)
-		if err != nil {
-			c.fail(nc, fmt.Errorf("write: %w", err))
-		}
-
+		// Let the goroutines that are ready to run (clients with requests of their own)
+		// queue them first, so that they share this write. When nothing else is ready this
+		// returns at once, so an idle proxy adds no latency.
+		runtime.Gosched()
 		c.mu.Lock()
-		if cap(buf) <= keepWriteBuffer {
-			c.spare = buf[:0]
+		for len(c.wbuf) > 0 && c.nc == nc {
+			buf := c.wbuf
+			c.wbuf, c.spare = c.spare[:0], nil
+			c.mu.Unlock()
+
+			_ = nc.SetWriteDeadline(time.Now().Add(c.s.opts.Timeout))
+			if _, err := nc.Write(buf); err != nil {
+				c.fail(nc, fmt.Errorf("write: %w", err))
+				return
+			}
+
+			c.mu.Lock()
+			if cap(buf) <= keepWriteBuffer {
+				c.spare = buf[:0]
+			}
 		}
+		c.mu.Unlock()
 	}
 }
 
@@ -141,8 +148,9 @@ func (c *conn) dialLoop() {
 			nc.Close()
 			err = ErrClosed
 		}
+		stop := make(chan struct{})
 		if err == nil {
-			c.nc = nc
+			c.nc, c.stop = nc, stop
 			c.up.Store(true)
 		}
 		c.mu.Unlock()
@@ -165,6 +173,8 @@ func (c *conn) dialLoop() {
 			loggedDown = false
 		}
 		wait = opts.RetryMin
+		c.s.wg.Add(1)
+		go c.writeLoop(nc, stop)
 		c.readLoop(nc)
 	}
 }
@@ -234,6 +244,7 @@ func (c *conn) fail(nc net.Conn, err error) {
 		return // already failed
 	}
 	c.nc = nil
+	close(c.stop)
 	c.up.Store(false)
 	c.wbuf = c.wbuf[:0]
 	calls := c.queue.drain()

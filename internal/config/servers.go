@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -163,4 +164,15 @@ func (d *decoder) serverString(e *yaml.Node, path string) (Server, bool) {
 	}
 	s.Addr = addr
 	return s, true
+}
+
+// ListenAddr checks an address to listen on given outside the file (the --listen and
+// --admin flags) by the rules the file's listen and admin follow, and returns it in
+// canonical form.
+func ListenAddr(s string) (string, error) {
+	addr, ok := canonAddr(s, true)
+	if !ok {
+		return "", fmt.Errorf("%q is not host:port with a port from 0 to 65535", s)
+	}
+	return addr, nil
 }

@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -92,6 +91,7 @@ func (c *conn) serve() {
 // answers at once: a pipeline of many requests costs one write.
 func (c *conn) serveBusy() error {
 	for {
+		rejected := false
 		if err := c.readRequest(); err != nil {
 			var re *protocol.RequestError
 			if !errors.As(err, &re) {
@@ -101,6 +101,7 @@ func (c *conn) serveBusy() error {
 			if re.Close {
 				return errors.Join(err, c.flush())
 			}
+			rejected = true
 		} else if err := c.handle(); err != nil {
 			return errors.Join(err, c.flush())
 		}
@@ -108,7 +109,18 @@ func (c *conn) serveBusy() error {
 			return errors.Join(net.ErrClosed, c.flush())
 		}
 		if c.buffered() == 0 && len(c.pending) == 0 {
-			return c.flush()
+			if !rejected {
+				return c.flush()
+			}
+			// The decoder may still have to swallow the rejected request's body (a value
+			// too large) beyond what has arrived. Going idle would forget that (the decoder
+			// is Reset when the connection becomes busy again) and the rest of the body
+			// would be parsed as commands, so answer now and stay busy: the next read
+			// skips the body first.
+			if err := c.flush(); err != nil {
+				return err
+			}
+			continue
 		}
 		if len(*c.out) >= keepOutput {
 			if err := c.flush(); err != nil {
@@ -163,7 +175,7 @@ func (c *conn) handle() error {
 		*c.out = protocol.AppendBinaryResponse(*c.out, req, &protocol.Response{})
 		return nil
 	}
-	c.resps = c.s.Handler.Handle(context.Background(), req, c.resps[:0])
+	c.resps = c.s.Handler.Handle(c.s.ctx, req, c.resps[:0])
 	if c.binary {
 		*c.out = protocol.AppendBinaryResponse(*c.out, req, &c.resps[0])
 	} else {

@@ -21,6 +21,7 @@ import (
 // Handler answers one decoded request, appending its responses to resps (one per key for a
 // retrieval, else one) and returning the extended slice. req's bytes are valid only during
 // the call. quit and noop are answered by the connection itself and never reach a Handler.
+// ctx ends when Shutdown's deadline passes with the request still in flight.
 type Handler interface {
 	Handle(ctx context.Context, req *protocol.Request, resps []protocol.Response) []protocol.Response
 }
@@ -41,6 +42,8 @@ type Server struct {
 
 	closing   atomic.Bool // set once by Shutdown, under mu
 	mu        sync.Mutex
+	ctx       context.Context           // handlers' context; set once under mu by the first Serve
+	cancel    context.CancelFunc        // ends ctx when Shutdown gives up waiting; guarded by mu
 	listeners map[net.Listener]struct{} // guarded by mu
 	conns     map[*conn]struct{}        // guarded by mu
 	done      sync.WaitGroup            // one per live connection
@@ -88,12 +91,12 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		tempDelay = 0
-		s.total.Add(1)
 		if n := s.current.Add(1); s.MaxConnections > 0 && n > int64(s.MaxConnections) {
 			s.current.Add(-1)
 			refuse(nc)
 			continue
 		}
+		s.total.Add(1)
 		c := newConn(s, nc)
 		if !s.addConn(c) {
 			s.current.Add(-1)
@@ -132,6 +135,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		s.mu.Lock()
+		// Closing a connection does not stop its handler; canceling the handlers' context
+		// does (a backend call returns), so the wait below is bounded by that.
+		if s.cancel != nil {
+			s.cancel()
+		}
 		for c := range s.conns {
 			c.nc.Close()
 		}
@@ -163,6 +171,7 @@ func (s *Server) track(ln net.Listener) bool {
 	}
 	if s.listeners == nil {
 		s.listeners = make(map[net.Listener]struct{})
+		s.ctx, s.cancel = context.WithCancel(context.Background())
 	}
 	s.listeners[ln] = struct{}{}
 	return true

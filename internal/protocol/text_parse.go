@@ -1,6 +1,9 @@
 package protocol
 
-import "bytes"
+import (
+	"bytes"
+	"math"
+)
 
 // textMaxTokens is how many tokens of a line are kept. No command other than a retrieval or
 // stats (which read the line itself) takes more than 7, so an 8th only means "too many".
@@ -122,16 +125,16 @@ func textNoReply(toks [][]byte) bool {
 	return string(toks[len(toks)-1]) == "noreply"
 }
 
-// validKey reports whether k is within the key length limit and free of control bytes.
-// memcached itself accepts control bytes (it splits on spaces only), but such a key could
-// not be sent on through a text connection, so moxi refuses it with memcached's answer for
-// a bad key.
+// validKey reports whether k is within the key length limit and free of the bytes that
+// could not travel on through a text connection: NUL, CR and LF (a space never gets here,
+// it splits tokens). memcached accepts every other byte, and clients use them (memcaslap's
+// keys start with 0x10 bytes), so refusing more would refuse what the servers serve.
 func (d *TextReader) validKey(k []byte) bool {
 	if len(k) > d.lim.MaxKeyBytes {
 		return false
 	}
 	for _, c := range k {
-		if c <= ' ' || c == 0x7f {
+		if c == 0 || c == '\r' || c == '\n' {
 			return false
 		}
 	}
@@ -207,8 +210,8 @@ func (d *TextReader) parseStorage(op Op, toks [][]byte, req *Request) error {
 		}
 		req.Cas = cas
 	}
-	if size < 0 {
-		return textErrBadFormat()
+	if size < 0 || size > math.MaxInt32-2 {
+		return textErrBadFormat() // memcached's length is a 32-bit int with room for "\r\n"
 	}
 	if size > int64(d.lim.MaxValueBytes) {
 		// memcached answers at once and swallows the block (and its "\r\n") afterwards.

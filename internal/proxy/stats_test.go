@@ -1,0 +1,152 @@
+package proxy_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+
+	"moxi/internal/pool"
+	"moxi/internal/protocol"
+	"moxi/internal/proxy"
+)
+
+func statsMap(t *testing.T, p *proxy.Proxy, args string) map[string]string {
+	t.Helper()
+	r := handle(p, &protocol.Request{Op: protocol.OpStats, Args: []byte(args)})
+	if len(r) != 1 || r[0].Status != protocol.StatusOK {
+		t.Fatalf("stats %q: %+v", args, r)
+	}
+	m := make(map[string]string, len(r[0].Stats))
+	for _, s := range r[0].Stats {
+		if _, dup := m[s.Name]; dup {
+			t.Errorf("stats %q: %s twice", args, s.Name)
+		}
+		m[s.Name] = s.Value
+	}
+	return m
+}
+
+func TestStats(t *testing.T) {
+	topo, _, _ := twoPools(t)
+	p := proxy.New(topo, proxy.Options{
+		Version:        "9.9",
+		Connections:    func() (uint64, uint64) { return 7, 9 },
+		MaxConnections: 123,
+	})
+	set(t, p, "a", "1")
+	set(t, p, "sess:b", "2")
+	get(p, "a", "sess:b", "missing") // 2 hits, 1 miss
+	get(p, "missing2")
+	handle(p, &protocol.Request{Op: protocol.OpDelete, Key: []byte("a")})
+	handle(p, &protocol.Request{Op: protocol.OpDelete, Key: []byte("a")})
+	handle(p, &protocol.Request{Op: protocol.OpIncr, Key: []byte("sess:b"), Delta: 5})
+	handle(p, &protocol.Request{Op: protocol.OpIncr, Key: []byte("nope"), Delta: 5})
+	handle(p, &protocol.Request{Op: protocol.OpCas, Key: []byte("sess:b"), Value: []byte("x"), Cas: 999999})
+	handle(p, &protocol.Request{Op: protocol.OpTouch, Key: []byte("sess:b")})
+	handle(p, &protocol.Request{Op: protocol.OpFlushAll})
+
+	st := statsMap(t, p, "")
+	want := map[string]string{
+		"pid":               strconv.Itoa(os.Getpid()),
+		"version":           "9.9",
+		"max_connections":   "123",
+		"curr_connections":  "7",
+		"total_connections": "9",
+		"cmd_get":           "4",
+		"get_hits":          "2",
+		"get_misses":        "2",
+		"cmd_set":           "3", // two sets and the cas
+		"cas_badval":        "1",
+		"delete_hits":       "1",
+		"delete_misses":     "1",
+		"incr_hits":         "1",
+		"incr_misses":       "1",
+		"touch_hits":        "1",
+		"cmd_touch":         "1",
+		"cmd_flush":         "1",
+	}
+	for name, v := range want {
+		if got, ok := st[name]; !ok || got != v {
+			t.Errorf("STAT %s = %q (present %v), want %q", name, got, ok, v)
+		}
+	}
+	for _, name := range []string{"uptime", "time", "rusage_user", "rusage_system", "threads"} {
+		if _, err := strconv.ParseFloat(st[name], 64); err != nil {
+			t.Errorf("STAT %s = %q, want a number", name, st[name])
+		}
+	}
+}
+
+func TestStatsProxy(t *testing.T) {
+	topo, _, _ := twoPools(t)
+	p := proxy.New(topo, proxy.Options{})
+	set(t, p, "sess:x", "v")
+	st := statsMap(t, p, "proxy")
+	items := 0
+	for _, pl := range topo.Pools {
+		for i := range pl.Len() {
+			m := pl.Member(i)
+			prefix := pl.Name() + ":" + m.Name + ":"
+			if got := st[prefix+"addr"]; got != m.Addr {
+				t.Errorf("%saddr = %q, want %q", prefix, got, m.Addr)
+			}
+			if got := st[prefix+"weight"]; got != "1" {
+				t.Errorf("%sweight = %q, want 1", prefix, got)
+			}
+			n, err := strconv.Atoi(st[prefix+"curr_items"])
+			if err != nil {
+				t.Errorf("%scurr_items = %q: %v", prefix, st[prefix+"curr_items"], err)
+			}
+			items += n
+		}
+	}
+	if items != 1 {
+		t.Errorf("servers report %d items in all, want 1", items)
+	}
+}
+
+func TestStatsUnknownGroup(t *testing.T) {
+	topo, _, _ := twoPools(t)
+	p := proxy.New(topo, proxy.Options{})
+	for _, group := range []string{"slabs", "bogus", "proxy extra"} {
+		r := p.Handle(context.Background(), &protocol.Request{Op: protocol.OpStats, Args: []byte(group)}, nil)
+		if len(r) != 1 || r[0].Status != protocol.StatusUnknownCommand {
+			t.Errorf("stats %s: %+v, want ERROR", group, r)
+		}
+	}
+}
+
+// TestHandleGetHitAllocs is the hot path's allocation budget, as BenchmarkHandleGetHit
+// measures it.
+func TestHandleGetHitAllocs(t *testing.T) {
+	p, req, resps := getHitSetup(t)
+	allocs := testing.AllocsPerRun(1000, func() {
+		resps = p.Handle(context.Background(), req, resps[:0])
+	})
+	t.Logf("proxy.Handle of a get hit: %.0f allocs", allocs)
+	if allocs > 0 {
+		t.Errorf("%.0f allocations per get hit, want 0", allocs)
+	}
+}
+
+func getHitSetup(t testing.TB) (*proxy.Proxy, *protocol.Request, []protocol.Response) {
+	pl := newPool(t, "main", 1)
+	p := proxy.New(&proxy.Topology{Pools: []*pool.Pool{pl}, Default: pl}, proxy.Options{})
+	set(t, p, "key", "value")
+	req := &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("key")}}
+	resps := p.Handle(context.Background(), req, make([]protocol.Response, 0, 4))
+	if resps[0].Status != protocol.StatusOK {
+		t.Fatalf("get: %+v", resps[0])
+	}
+	return p, req, resps
+}
+
+func BenchmarkHandleGetHit(b *testing.B) {
+	p, req, resps := getHitSetup(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		resps = p.Handle(ctx, req, resps[:0])
+	}
+}

@@ -27,9 +27,10 @@ const keepWriteBuffer = 256 << 10
 // accumulated by the time it runs: under load many requests share one system call, which
 // is where a proxy earns its keep. dialLoop dials and then reads, completing calls in order.
 type conn struct {
-	s    *Server
-	up   atomic.Bool   // a connection is established; read without mu to pick a conn
-	kick chan struct{} // wakes writeLoop; capacity 1, so a wake-up is never lost or blocking
+	s       *Server
+	up      atomic.Bool   // a connection is established; read without mu to pick a conn
+	pending atomic.Bool   // wbuf holds packets writeLoop has not taken yet (set under mu)
+	kick    chan struct{} // wakes writeLoop; capacity 1, so a wake-up is never lost or blocking
 
 	mu      sync.Mutex
 	nc      net.Conn      // nil while down
@@ -58,6 +59,7 @@ func (c *conn) enqueue(cl *call) bool {
 	c.wbuf = cl.encode(c.wbuf, c.opaque)
 	c.opaque += cl.n
 	c.queue.push(cl)
+	c.pending.Store(true)
 	c.mu.Unlock()
 	select {
 	case c.kick <- struct{}{}:
@@ -83,6 +85,7 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 		for len(c.wbuf) > 0 && c.nc == nc {
 			buf := c.wbuf
 			c.wbuf, c.spare = c.spare[:0], nil
+			c.pending.Store(false)
 			c.mu.Unlock()
 
 			_ = nc.SetWriteDeadline(time.Now().Add(c.s.opts.Timeout))
@@ -246,6 +249,7 @@ func (c *conn) fail(nc net.Conn, err error) {
 	c.nc = nil
 	close(c.stop)
 	c.up.Store(false)
+	c.pending.Store(false)
 	c.wbuf = c.wbuf[:0]
 	calls := c.queue.drain()
 	closed := c.closed

@@ -155,8 +155,15 @@ func (s *Server) send(ctx context.Context, cl *call) error {
 	return nil
 }
 
-// pick chooses a connection round-robin, preferring one that is up.
+// pick chooses a connection: one whose next write is already pending, so that the request
+// joins that batch (fewer, larger writes are what makes a proxy fast), else the next one
+// that is up, round-robin, which spreads load over the server's worker threads.
 func (s *Server) pick() *conn {
+	for _, c := range s.conns {
+		if c.pending.Load() {
+			return c
+		}
+	}
 	n := uint32(len(s.conns))
 	start := s.next.Add(1)
 	for i := range n {

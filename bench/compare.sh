@@ -58,6 +58,13 @@ YAML
 "$work/moxi" --config "$work/moxi.yaml" --log-level warn ${PROFILE:+--pprof} & pids+=($!)
 waitport "$mx"
 
+# The same moxi limited to one OS thread (GOMAXPROCS=1), as twemproxy is: on a small host
+# shared with the load generator and memcached it avoids cross-thread wake-ups.
+mx1=$(freeport)
+sed "s/^listen: .*/listen: 127.0.0.1:$mx1/; /^admin:/d" "$work/moxi.yaml" > "$work/moxi1.yaml"
+GOMAXPROCS=1 "$work/moxi" --config "$work/moxi1.yaml" --admin "" --log-level warn & pids+=($!)
+waitport "$mx1"
+
 # run NAME PORT [memcaslap flags...]: one memcaslap run, TPS appended to $work/NAME.
 run() {
 	local name=$1 port=$2; shift 2
@@ -87,18 +94,21 @@ for r in $(seq "$ROUNDS"); do
 	else
 		run moxi "$mx"
 	fi
+	run moxi-1thread "$mx1"
 done
 for r in $(seq "$ROUNDS"); do
 	echo "round $r (binary)"
 	run direct-binary "$mc" -B
 	run moxi-binary "$mx" -B
+	run moxi-1thread-bin "$mx1" -B
 done
 
-d=$(median direct); t=$(median twemproxy); m=$(median moxi)
-db=$(median direct-binary); mb=$(median moxi-binary)
+d=$(median direct); t=$(median twemproxy); m=$(median moxi); m1=$(median moxi-1thread)
+db=$(median direct-binary); mb=$(median moxi-binary); mb1=$(median moxi-1thread-bin)
 echo
-echo "median ops/s   ascii: direct $d  twemproxy $t  moxi $m"
-echo "               binary: direct $db  moxi $mb"
+echo "median ops/s   ascii: direct $d  twemproxy $t  moxi $m  moxi(GOMAXPROCS=1) $m1"
+echo "               binary: direct $db  moxi $mb  moxi(GOMAXPROCS=1) $mb1"
 echo "ratios         ascii: moxi/twemproxy $(ratio "$m" "$t")  moxi/direct $(ratio "$m" "$d")  twemproxy/direct $(ratio "$t" "$d")"
-echo "               binary: moxi/direct $(ratio "$mb" "$db")"
+echo "                      moxi(GOMAXPROCS=1)/twemproxy $(ratio "$m1" "$t")  moxi(GOMAXPROCS=1)/direct $(ratio "$m1" "$d")"
+echo "               binary: moxi/direct $(ratio "$mb" "$db")  moxi(GOMAXPROCS=1)/direct $(ratio "$mb1" "$db")"
 [ -z "${PROFILE:-}" ] || echo "moxi CPU profile: $PROFILE (go tool pprof -top $PROFILE)"

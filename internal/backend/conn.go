@@ -89,6 +89,7 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 			c.mu.Unlock()
 
 			_ = nc.SetWriteDeadline(time.Now().Add(c.s.opts.Timeout))
+			c.s.writes.Add(1)
 			if _, err := nc.Write(buf); err != nil {
 				c.fail(nc, fmt.Errorf("write: %w", err))
 				return

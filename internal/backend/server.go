@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,10 @@ type Server struct {
 	quit  chan struct{}  // closed by Close: dialers stop
 	wg    sync.WaitGroup // the connections' goroutines
 	once  sync.Once
+
+	requests, timeouts, down, ioErrors atomic.Uint64 // requests sent and how they failed
+	inFlight                           atomic.Int64
+	writes                             atomic.Uint64 // system calls that wrote requests
 }
 
 // New returns a Server for opts.Addr and starts connecting in the background; requests made
@@ -104,6 +109,9 @@ func (s *Server) Close() error {
 // Do sends req and waits for its answer (see pool.Server). A retrieval of several keys is
 // one batch of quiet gets ended by a noop; a key repeated in it is asked for once.
 func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+	s.requests.Add(1)
+	s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
 	cl := s.getCall()
 	defer s.putCall(cl)
 	if req.Op.IsRetrieval() {
@@ -111,11 +119,20 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 	} else {
 		cl.prepareSingle(req)
 	}
-	if err := s.send(ctx, cl); err != nil {
-		return fmt.Errorf("%s: %w", s.opts.Addr, err)
+	err := s.send(ctx, cl)
+	if err == nil {
+		err = cl.err
 	}
-	if cl.err != nil {
-		return fmt.Errorf("%s: %w", s.opts.Addr, cl.err)
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+			s.timeouts.Add(1)
+		case errors.Is(err, ErrDown):
+			s.down.Add(1)
+		default:
+			s.ioErrors.Add(1)
+		}
+		return fmt.Errorf("%s: %w", s.opts.Addr, err)
 	}
 	cl.answer(req, resps)
 	return nil
@@ -153,6 +170,27 @@ func (s *Server) send(ctx context.Context, cl *call) error {
 	}
 	<-cl.done // answered while we gave up: take the answer
 	return nil
+}
+
+// Stats are moxi's counters for this server, for "stats proxy".
+func (s *Server) Stats() []protocol.Stat {
+	up := 0
+	for _, c := range s.conns {
+		if c.up.Load() {
+			up++
+		}
+	}
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	return []protocol.Stat{
+		{Name: "connections", Value: strconv.Itoa(len(s.conns))},
+		{Name: "connections_up", Value: strconv.Itoa(up)},
+		{Name: "requests", Value: u(s.requests.Load())},
+		{Name: "in_flight", Value: strconv.FormatInt(s.inFlight.Load(), 10)},
+		{Name: "errors_timeout", Value: u(s.timeouts.Load())},
+		{Name: "errors_down", Value: u(s.down.Load())},
+		{Name: "errors_io", Value: u(s.ioErrors.Load())},
+		{Name: "writes", Value: u(s.writes.Load())},
+	}
 }
 
 // pick chooses a connection: one whose next write is already pending, so that the request

@@ -145,7 +145,14 @@ func leftPad(s string, n int) string {
 	return s
 }
 
-// serverStats asks every server for its stats and prefixes each line with "pool:server:".
+// statser is a server that keeps its own counters: a remote server's are moxi's view of it
+// (requests, errors, connections), an embedded store's are its memcached-style stats.
+type statser interface {
+	Stats() []protocol.Stat
+}
+
+// serverStats lists every server with its counters, each line prefixed "pool:server:". A
+// server without counters of its own is asked for its "stats".
 func (p *Proxy) serverStats(ctx context.Context, t *Topology) []protocol.Stat {
 	var out []protocol.Stat
 	req := protocol.Request{Op: protocol.OpStats}
@@ -155,6 +162,12 @@ func (p *Proxy) serverStats(ctx context.Context, t *Topology) []protocol.Stat {
 			prefix := pl.Name() + ":" + m.Name + ":"
 			out = append(out, protocol.Stat{Name: prefix + "addr", Value: m.Addr},
 				protocol.Stat{Name: prefix + "weight", Value: strconv.Itoa(m.Weight)})
+			if s, ok := m.Server.(statser); ok {
+				for _, st := range s.Stats() {
+					out = append(out, protocol.Stat{Name: prefix + st.Name, Value: st.Value})
+				}
+				continue
+			}
 			var resp [1]protocol.Response
 			if err := m.Server.Do(ctx, &req, resp[:]); err != nil {
 				out = append(out, protocol.Stat{Name: prefix + "error", Value: err.Error()})

@@ -34,7 +34,12 @@ func buildTopology(cfg *config.Config, logger *slog.Logger, dial bool) (*topolog
 	byName := make(map[string]*pool.Pool, len(cfg.Pools))
 	for _, pc := range cfg.Pools {
 		members := t.buildMembers(cfg, pc, logger, dial)
-		p, err := pool.New(pc.Name, pc.Distribution, pc.Hash, members)
+		p, err := pool.New(pc.Name, pool.Options{
+			Distribution: pc.Distribution,
+			Hash:         pc.Hash,
+			Failover:     pc.Failover,
+			Retries:      pc.Retries,
+		}, members)
 		if err != nil {
 			t.close()
 			return nil, err
@@ -83,6 +88,7 @@ func (t *topology) buildMembers(cfg *config.Config, pc *config.Pool, logger *slo
 			Connections:    pc.Connections,
 			ConnectTimeout: pc.ConnectTimeout,
 			Timeout:        pc.Timeout,
+			FailureLimit:   pc.FailureLimit,
 			RetryMin:       pc.DeadBackoff,
 			RetryMax:       pc.DeadBackoffMax,
 			Limits:         protocolLimits(cfg),

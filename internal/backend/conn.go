@@ -111,6 +111,9 @@ func (c *conn) waitReady(ctx context.Context, timeout time.Duration) error {
 	dialing, ready := c.dialing, c.ready
 	c.mu.Unlock()
 	if !dialing {
+		if !c.s.Up() {
+			return ErrDead
+		}
 		return ErrDown
 	}
 	t := time.NewTimer(timeout)
@@ -125,14 +128,18 @@ func (c *conn) waitReady(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// dialLoop connects, reads answers until the connection breaks, and connects again, waiting
-// RetryMin after a failed dial, doubling up to RetryMax. It exits when the server is closed.
+// dialLoop connects, reads answers until the connection breaks, and connects again at once.
+// A dial that fails marks the server dead, and the loop then waits until the prober finds
+// it alive again. It exits when the server is closed.
 func (c *conn) dialLoop() {
 	defer c.s.wg.Done()
 	opts := &c.s.opts
-	wait := opts.RetryMin
-	loggedDown := false
 	for {
+		select {
+		case <-c.s.upSignal():
+		case <-c.s.quit:
+			return
+		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
@@ -159,24 +166,13 @@ func (c *conn) dialLoop() {
 		}
 		c.mu.Unlock()
 
+		if errors.Is(err, ErrClosed) {
+			return
+		}
 		if err != nil {
-			if !loggedDown {
-				opts.Logger.Warn("backend connection failed", "addr", opts.Addr, "err", err)
-				loggedDown = true
-			}
-			select {
-			case <-c.s.quit:
-				return
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, opts.RetryMax)
+			c.s.markDead(fmt.Errorf("connect: %w", err))
 			continue
 		}
-		if loggedDown {
-			opts.Logger.Info("backend connection restored", "addr", opts.Addr)
-			loggedDown = false
-		}
-		wait = opts.RetryMin
 		c.s.wg.Add(1)
 		go c.writeLoop(nc, stop)
 		c.readLoop(nc)
@@ -256,8 +252,8 @@ func (c *conn) fail(nc net.Conn, err error) {
 	closed := c.closed
 	c.mu.Unlock()
 	nc.Close()
-	if !closed {
-		c.s.opts.Logger.Warn("backend connection broken", "addr", c.s.opts.Addr, "err", err, "failed_requests", len(calls))
+	if !closed && !errors.Is(err, ErrDead) {
+		c.s.opts.Logger.Info("backend connection broken", "addr", c.s.opts.Addr, "err", err, "failed_requests", len(calls))
 	}
 	for _, cl := range calls {
 		if closed {
@@ -273,10 +269,17 @@ func (c *conn) fail(nc net.Conn, err error) {
 func (c *conn) shutdown() {
 	c.mu.Lock()
 	c.closed = true
+	c.mu.Unlock()
+	c.drop(ErrClosed)
+}
+
+// drop closes the current connection, failing the requests in flight on it with err.
+func (c *conn) drop(err error) {
+	c.mu.Lock()
 	nc := c.nc
 	c.mu.Unlock()
 	if nc != nil {
-		c.fail(nc, ErrClosed)
+		c.fail(nc, err)
 	}
 }
 

@@ -22,8 +22,10 @@ type Options struct {
 	Connections    int             // persistent connections; default 4
 	ConnectTimeout time.Duration   // per dial; default 1s
 	Timeout        time.Duration   // per request, from send to answer; default 250ms
-	RetryMin       time.Duration   // first wait before redialing a broken connection; default 100ms
+	FailureLimit   int             // consecutive failures that mark the server dead; default 2
+	RetryMin       time.Duration   // first wait before probing a dead server; default 100ms
 	RetryMax       time.Duration   // the wait doubles up to this; default 10s
+	MaxInFlight    int             // requests waiting for answers; past it a request waits up to Timeout for room; default 4096
 	Limits         protocol.Limits // bounds on answers; protocol.DefaultLimits when zero
 	Logger         *slog.Logger    // nil = slog.Default()
 }
@@ -37,6 +39,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 250 * time.Millisecond
+	}
+	if o.FailureLimit <= 0 {
+		o.FailureLimit = 2
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 4096
 	}
 	if o.RetryMin <= 0 {
 		o.RetryMin = 100 * time.Millisecond
@@ -54,9 +62,10 @@ func (o *Options) setDefaults() {
 
 // Errors a request can end with when the server did not answer.
 var (
-	ErrTimeout = errors.New("timeout")
-	ErrDown    = errors.New("not connected")
-	ErrClosed  = errors.New("server closed")
+	ErrTimeout  = errors.New("timeout")
+	ErrDown     = errors.New("not connected")
+	ErrClosed   = errors.New("server closed")
+	ErrOverload = errors.New("too many requests in flight")
 )
 
 // Server sends requests to one memcached server. Safe for concurrent use.
@@ -65,20 +74,24 @@ type Server struct {
 	conns []*conn
 	next  atomic.Uint32
 	calls sync.Pool      // of *call
-	quit  chan struct{}  // closed by Close: dialers stop
-	wg    sync.WaitGroup // the connections' goroutines
+	quit  chan struct{}  // closed by Close: dialers and the prober stop
+	wg    sync.WaitGroup // the connections' goroutines and the prober
 	once  sync.Once
+	slots chan struct{} // one token per request in flight: the back-pressure bound
 
-	requests, timeouts, down, ioErrors atomic.Uint64 // requests sent and how they failed
-	inFlight                           atomic.Int64
-	writes                             atomic.Uint64 // system calls that wrote requests
+	health health
+
+	requests, timeouts, down, ioErrors, overloads atomic.Uint64 // requests sent and how they failed
+	inFlight                                      atomic.Int64
+	writes                                        atomic.Uint64 // system calls that wrote requests
 }
 
 // New returns a Server for opts.Addr and starts connecting in the background; requests made
 // before a connection is up wait for it up to their timeout.
 func New(opts Options) *Server {
 	opts.setDefaults()
-	s := &Server{opts: opts, quit: make(chan struct{})}
+	s := &Server{opts: opts, quit: make(chan struct{}), slots: make(chan struct{}, opts.MaxInFlight)}
+	s.health.init()
 	s.conns = make([]*conn, opts.Connections)
 	for i := range s.conns {
 		s.conns[i] = newConn(s)
@@ -110,8 +123,15 @@ func (s *Server) Close() error {
 // one batch of quiet gets ended by a noop; a key repeated in it is asked for once.
 func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
 	s.requests.Add(1)
-	s.inFlight.Add(1)
-	defer s.inFlight.Add(-1)
+	if s.health.dead.Load() {
+		s.down.Add(1)
+		return fmt.Errorf("%s: %w", s.opts.Addr, ErrDead)
+	}
+	if err := s.acquire(ctx); err != nil {
+		s.overloads.Add(1)
+		return fmt.Errorf("%s: %w", s.opts.Addr, err)
+	}
+	defer s.release()
 	cl := s.getCall()
 	defer s.putCall(cl)
 	if req.Op.IsRetrieval() {
@@ -125,15 +145,21 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 	}
 	if err != nil {
 		switch {
+		case errors.Is(err, context.Canceled):
+			// the client went away; says nothing about the server
 		case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 			s.timeouts.Add(1)
-		case errors.Is(err, ErrDown):
+			s.failed(err)
+		case errors.Is(err, ErrDown), errors.Is(err, ErrDead):
 			s.down.Add(1)
+			s.failed(err)
 		default:
 			s.ioErrors.Add(1)
+			s.failed(err)
 		}
 		return fmt.Errorf("%s: %w", s.opts.Addr, err)
 	}
+	s.succeeded()
 	cl.answer(req, resps)
 	return nil
 }
@@ -172,6 +198,32 @@ func (s *Server) send(ctx context.Context, cl *call) error {
 	return nil
 }
 
+// acquire waits for room among the requests in flight, up to the request timeout.
+func (s *Server) acquire(ctx context.Context) error {
+	select {
+	case s.slots <- struct{}{}:
+		s.inFlight.Add(1)
+		return nil
+	default:
+	}
+	t := time.NewTimer(s.opts.Timeout)
+	defer t.Stop()
+	select {
+	case s.slots <- struct{}{}:
+		s.inFlight.Add(1)
+		return nil
+	case <-t.C:
+		return ErrOverload
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Server) release() {
+	s.inFlight.Add(-1)
+	<-s.slots
+}
+
 // Stats are moxi's counters for this server, for "stats proxy".
 func (s *Server) Stats() []protocol.Stat {
 	up := 0
@@ -189,6 +241,8 @@ func (s *Server) Stats() []protocol.Stat {
 		{Name: "errors_timeout", Value: u(s.timeouts.Load())},
 		{Name: "errors_down", Value: u(s.down.Load())},
 		{Name: "errors_io", Value: u(s.ioErrors.Load())},
+		{Name: "errors_overload", Value: u(s.overloads.Load())},
+		{Name: "state", Value: map[bool]string{true: "up", false: "dead"}[s.Up()]},
 		{Name: "writes", Value: u(s.writes.Load())},
 	}
 }

@@ -76,7 +76,7 @@ func TestMaxConnections(t *testing.T) {
 func TestConnections(t *testing.T) {
 	s := &frontend.Server{}
 	shard := memstore.New(memstore.Options{})
-	p, err := pool.New("main", "ketama", "md5", []pool.Member{{Name: "shard0", Addr: "embedded/0", Weight: 1, Server: shard}})
+	p, err := pool.New("main", pool.Options{}, []pool.Member{{Name: "shard0", Addr: "embedded/0", Weight: 1, Server: shard}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func newProxy(t testing.TB) *proxy.Proxy {
 		{Name: "shard0", Addr: "embedded/0", Weight: 1, Server: memstore.New(memstore.Options{})},
 		{Name: "shard1", Addr: "embedded/1", Weight: 1, Server: memstore.New(memstore.Options{})},
 	}
-	p, err := pool.New("main", "ketama", "md5", members)
+	p, err := pool.New("main", pool.Options{}, members)
 	if err != nil {
 		t.Fatal(err)
 	}

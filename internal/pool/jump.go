@@ -25,3 +25,27 @@ func (j *Jump) Pick(hash uint32) int {
 	}
 	return int(j.buckets[jump.Hash(uint64(hash), len(j.buckets))])
 }
+
+// PickLive is Pick, except that a key whose owner is not alive is rehashed: jump is asked
+// again with the hash mixed with 1, 2, … until a live owner comes up, so a dead server's
+// keys spread over the others and every other key stays put. -1 when none is alive.
+func (j *Jump) PickLive(hash uint32, alive func(server int) bool) int {
+	n := len(j.buckets)
+	if n == 0 {
+		return -1
+	}
+	key := uint64(hash)
+	for attempt := range 4 * n {
+		o := int(j.buckets[jump.Hash(key, n)])
+		if alive(o) {
+			return o
+		}
+		key = uint64(hash) ^ uint64(attempt+1)*0x9e3779b97f4a7c15
+	}
+	for _, o := range j.buckets { // every rehash met a dead server: take any live one
+		if alive(int(o)) {
+			return int(o)
+		}
+	}
+	return -1
+}

@@ -56,3 +56,15 @@ func weightedSlots(weights []int) []int32 {
 	}
 	return slots
 }
+
+// PickLive is Pick, except that a key whose owner is not alive goes to the owner of the
+// next slot that is alive, so only a dead server's keys move. -1 when none is alive.
+func (m *Modula) PickLive(hash uint32, alive func(server int) bool) int {
+	n := uint32(len(m.slots))
+	for i := range n {
+		if o := int(m.slots[(hash%n+i)%n]); alive(o) {
+			return o
+		}
+	}
+	return -1
+}

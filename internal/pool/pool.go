@@ -15,31 +15,57 @@ type Member struct {
 	Addr   string // "host:port", or "embedded/N" for an in-process shard
 	Weight int
 	Server Server
+
+	health Health // Server, when it tracks its health; set by New
 }
 
-// picker maps a key hash to the index of the member that owns it.
+// Health is a Server that knows whether it is alive. A Server without it is always alive.
+type Health interface {
+	Up() bool
+}
+
+// Up reports whether the member's server is alive.
+func (m *Member) Up() bool { return m.health == nil || m.health.Up() }
+
+// Options are a pool's placement and failure rules.
+type Options struct {
+	Distribution string // "ketama" (default), "jump" or "modula"
+	Hash         string // one of twemproxy's names (hashkit.Names); default md5
+	// Failover sends a dead server's keys to another live server until it recovers:
+	// ketama the next point of a live server, jump a rehash, modula the next live slot.
+	Failover bool
+	Retries  int // further attempts after a timeout or connection error
+}
+
+// picker maps a key hash to the index of the member that owns it, or that takes its keys
+// while it is dead.
 type picker interface {
 	Pick(hash uint32) int
+	PickLive(hash uint32, alive func(member int) bool) int
 }
 
 // Pool is an immutable set of servers and the rule that places keys on them. A topology
 // change builds a new Pool. Safe for concurrent use.
 type Pool struct {
 	name    string
+	opts    Options
 	members []Member
 	hash    hashkit.Func
 	picker  picker
+	alive   func(member int) bool // members[i].Up, made once so that lookups do not allocate
 }
 
-// New builds the pool name with the given distribution ("ketama", "jump" or "modula") and
-// hash (one of twemproxy's names, see hashkit.Names) over members, which it keeps.
-func New(name, distribution, hash string, members []Member) (*Pool, error) {
+// New builds the pool name over members, which it keeps.
+func New(name string, opts Options, members []Member) (*Pool, error) {
 	if len(members) == 0 {
 		return nil, fmt.Errorf("pool %s: no servers", name)
 	}
-	h, ok := hashkit.Lookup(hash)
+	if opts.Hash == "" {
+		opts.Hash = "md5"
+	}
+	h, ok := hashkit.Lookup(opts.Hash)
 	if !ok {
-		return nil, fmt.Errorf("pool %s: unknown hash %q", name, hash)
+		return nil, fmt.Errorf("pool %s: unknown hash %q", name, opts.Hash)
 	}
 	weights := make([]int, len(members))
 	nodes := make([]ketama.Node, len(members))
@@ -50,8 +76,12 @@ func New(name, distribution, hash string, members []Member) (*Pool, error) {
 		weights[i] = m.Weight
 		nodes[i] = ketama.Node{Name: m.Name, Weight: m.Weight}
 	}
-	p := &Pool{name: name, members: members, hash: h}
-	switch distribution {
+	p := &Pool{name: name, opts: opts, members: members, hash: h}
+	p.alive = func(i int) bool { return p.members[i].Up() }
+	for i := range members {
+		members[i].health, _ = members[i].Server.(Health)
+	}
+	switch opts.Distribution {
 	case "ketama", "":
 		p.picker = ketama.New(nodes)
 	case "jump":
@@ -59,7 +89,7 @@ func New(name, distribution, hash string, members []Member) (*Pool, error) {
 	case "modula":
 		p.picker = NewModula(nodes)
 	default:
-		return nil, fmt.Errorf("pool %s: unknown distribution %q", name, distribution)
+		return nil, fmt.Errorf("pool %s: unknown distribution %q", name, opts.Distribution)
 	}
 	return p, nil
 }
@@ -67,16 +97,31 @@ func New(name, distribution, hash string, members []Member) (*Pool, error) {
 // Name is the pool's name from the config.
 func (p *Pool) Name() string { return p.name }
 
-// Locate is the index of the member that owns key. It does not allocate.
+// Locate is the index of the member that serves key: its owner, or with failover, while
+// the owner is dead, the live member that stands in for it. It does not allocate.
 func (p *Pool) Locate(key []byte) int {
 	if len(p.members) == 1 {
 		return 0
 	}
-	if len(key) == 0 {
-		return p.picker.Pick(0) // twemproxy hashes an empty key to 0
+	var h uint32 // twemproxy hashes an empty key to 0
+	if len(key) > 0 {
+		h = p.hash(key)
 	}
-	return p.picker.Pick(p.hash(key))
+	i := p.picker.Pick(h)
+	if !p.opts.Failover || p.members[i].Up() {
+		return i
+	}
+	if live := p.picker.PickLive(h, p.alive); live >= 0 {
+		return live
+	}
+	return i // nobody is alive: the owner answers "dead" at once
 }
+
+// Retries is how many further attempts a request gets after a timeout or connection error.
+func (p *Pool) Retries() int { return p.opts.Retries }
+
+// Failover reports whether a dead server's keys go to another server.
+func (p *Pool) Failover() bool { return p.opts.Failover }
 
 // Len is the number of members.
 func (p *Pool) Len() int { return len(p.members) }

@@ -5,7 +5,6 @@ package proxy
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +34,9 @@ type Proxy struct {
 	started time.Time
 	stats   counters
 	metrics *metrics
+
+	mirrors   chan struct{}  // one token per write being copied to a backup pool
+	mirroring sync.WaitGroup // the copies in progress
 }
 
 // New returns a proxy serving topo.
@@ -43,7 +45,7 @@ func New(topo *Topology, opts Options) *Proxy {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	p := &Proxy{opts: opts, started: time.Now(), metrics: newMetrics(reg)}
+	p := &Proxy{opts: opts, started: time.Now(), metrics: newMetrics(reg), mirrors: make(chan struct{}, maxMirrors)}
 	p.topo.Store(topo)
 	return p
 }
@@ -76,7 +78,11 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 		resps = append(resps, p.statsResponse(ctx, t, req))
 	default:
 		resps = append(resps, protocol.Response{})
-		p.do(ctx, t.Locate(req.Key), req, resps[base:])
+		pl := t.PoolFor(req.Key)
+		p.do(ctx, pl, req.Key, req, resps[base:])
+		if b := t.Backups[pl]; b != nil && mirrored(req.Op) {
+			p.mirror(b, req, &resps[base])
+		}
 	}
 	p.stats.count(req, resps[base:])
 	p.metrics.requests[req.Op].Inc()
@@ -84,81 +90,46 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 	return resps
 }
 
-// do runs req on m, turning "the server did not answer" into a SERVER_ERROR for each answer.
-func (p *Proxy) do(ctx context.Context, m *pool.Member, req *protocol.Request, resps []protocol.Response) {
-	if err := m.Server.Do(ctx, req, resps); err != nil {
-		failed := protocol.Response{Status: protocol.StatusTempFailure, Msg: fmt.Sprintf("backend %s: %v", m.Name, err)}
-		for i := range resps {
-			resps[i] = failed
-			if req.Op.IsRetrieval() {
-				resps[i].Key = req.Keys[i]
-			}
+// do runs a single-key request for key in pl on the member that serves it. After a
+// timeout or a connection error (never after an answer) it tries again, up to the pool's
+// retries, on whoever serves the key by then: with failover, another server once the first
+// has been marked dead. Then it gives up with a SERVER_ERROR in every answer.
+func (p *Proxy) do(ctx context.Context, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) {
+	m := pl.Member(pl.Locate(key))
+	for attempt := 0; ; attempt++ {
+		err := m.Server.Do(ctx, req, resps)
+		if err == nil {
+			return
+		}
+		if attempt >= pl.Retries() || !retryable(req.Op) || ctx.Err() != nil {
+			failAll(m, err, req, resps)
+			return
+		}
+		m = pl.Member(pl.Locate(key))
+	}
+}
+
+// failAll answers every response of req with the SERVER_ERROR for err on m.
+func failAll(m *pool.Member, err error, req *protocol.Request, resps []protocol.Response) {
+	failed := protocol.Response{Status: protocol.StatusTempFailure, Msg: "backend " + m.Name + ": " + err.Error()}
+	for i := range resps {
+		resps[i] = failed
+		if req.Op.IsRetrieval() {
+			resps[i].Key = req.Keys[i]
 		}
 	}
 }
 
-// retrieve answers a get, gets, gat or gats: one request per server that owns some of the
-// keys, run in parallel, the answers put back in the client's key order.
-func (p *Proxy) retrieve(ctx context.Context, t *Topology, req *protocol.Request, resps []protocol.Response) []protocol.Response {
-	base := len(resps)
-	for range req.Keys {
-		resps = append(resps, protocol.Response{})
+// retryable says whether a request may be sent again when the server did not answer. A
+// write that may already have been applied is not repeated where repeating changes the
+// outcome: incr/decr/append/prepend would apply twice, add and cas would report a failure
+// for their own success.
+func retryable(op protocol.Op) bool {
+	switch op {
+	case protocol.OpIncr, protocol.OpDecr, protocol.OpAppend, protocol.OpPrepend, protocol.OpAdd, protocol.OpCas:
+		return false
 	}
-	out := resps[base:]
-	if len(req.Keys) == 1 {
-		p.do(ctx, t.Locate(req.Keys[0]), req, out)
-		return resps
-	}
-
-	// Group the keys by owner. A request has few distinct owners, so a linear scan beats a map.
-	owners := make([]*pool.Member, len(req.Keys))
-	var distinct []*pool.Member
-	for i, k := range req.Keys {
-		m := t.Locate(k)
-		owners[i] = m
-		if !containsMember(distinct, m) {
-			distinct = append(distinct, m)
-		}
-	}
-	if len(distinct) == 1 {
-		p.do(ctx, distinct[0], req, out)
-		return resps
-	}
-
-	var wg sync.WaitGroup
-	for _, m := range distinct {
-		var idx []int
-		for i, o := range owners {
-			if o == m {
-				idx = append(idx, i)
-			}
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sub := *req
-			sub.Keys = make([][]byte, len(idx))
-			for j, i := range idx {
-				sub.Keys[j] = req.Keys[i]
-			}
-			subResps := make([]protocol.Response, len(idx))
-			p.do(ctx, m, &sub, subResps)
-			for j, i := range idx {
-				out[i] = subResps[j]
-			}
-		}()
-	}
-	wg.Wait()
-	return resps
-}
-
-func containsMember(ms []*pool.Member, m *pool.Member) bool {
-	for _, x := range ms {
-		if x == m {
-			return true
-		}
-	}
-	return false
+	return true
 }
 
 // flushAll sends flush_all to every server of every pool, in parallel; the answer is OK when
@@ -171,7 +142,9 @@ func (p *Proxy) flushAll(ctx context.Context, t *Topology, req *protocol.Request
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.do(ctx, m, req, answers[i:i+1])
+			if err := m.Server.Do(ctx, req, answers[i:i+1]); err != nil {
+				failAll(m, err, req, answers[i:i+1])
+			}
 		}()
 	}
 	wg.Wait()
@@ -183,7 +156,7 @@ func (p *Proxy) flushAll(ctx context.Context, t *Topology, req *protocol.Request
 	return protocol.Response{}
 }
 
-// allMembers is every member of every pool, each server once.
+// allMembers is every member of every pool.
 func (t *Topology) allMembers() []*pool.Member {
 	var ms []*pool.Member
 	for _, pl := range t.Pools {

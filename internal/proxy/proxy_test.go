@@ -25,7 +25,7 @@ func newPool(t testing.TB, name string, n int) *pool.Pool {
 			Server: memstore.New(memstore.Options{}),
 		}
 	}
-	p, err := pool.New(name, "ketama", "md5", members)
+	p, err := pool.New(name, pool.Options{}, members)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func (failing) Do(context.Context, *protocol.Request, []protocol.Response) error
 
 func TestBackendError(t *testing.T) {
 	good := memstore.New(memstore.Options{})
-	pl, err := pool.New("main", "ketama", "md5", []pool.Member{
+	pl, err := pool.New("main", pool.Options{}, []pool.Member{
 		{Name: "good", Addr: "embedded/0", Weight: 1, Server: good},
 		{Name: "bad", Addr: "127.0.0.1:1", Weight: 1, Server: failing{}},
 	})

@@ -22,6 +22,9 @@ type counters struct {
 	casHits, casMisses, casBadval atomic.Uint64
 	touchHits, touchMisses        atomic.Uint64
 	backendErrors                 atomic.Uint64
+
+	backupReads, backupHits               atomic.Uint64 // keys asked of a backup pool, and found
+	mirrors, mirrorErrors, mirrorsDropped atomic.Uint64 // writes copied to a backup pool
 }
 
 // count records one answered request.
@@ -134,6 +137,11 @@ func (p *Proxy) generalStats() []protocol.Stat {
 		{Name: "touch_hits", Value: u(c.touchHits.Load())},
 		{Name: "touch_misses", Value: u(c.touchMisses.Load())},
 		{Name: "backend_errors", Value: u(c.backendErrors.Load())},
+		{Name: "backup_reads", Value: u(c.backupReads.Load())},
+		{Name: "backup_hits", Value: u(c.backupHits.Load())},
+		{Name: "backup_writes", Value: u(c.mirrors.Load())},
+		{Name: "backup_write_errors", Value: u(c.mirrorErrors.Load())},
+		{Name: "backup_writes_dropped", Value: u(c.mirrorsDropped.Load())},
 		{Name: "threads", Value: strconv.Itoa(runtime.GOMAXPROCS(0))},
 	}
 }

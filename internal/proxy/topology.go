@@ -18,6 +18,9 @@ type Topology struct {
 	Pools   []*pool.Pool
 	Routes  []Route
 	Default *pool.Pool
+	// Backups maps a pool to its backup pool: writes are copied there, and reads that miss
+	// or fail on the pool are tried there.
+	Backups map[*pool.Pool]*pool.Pool
 }
 
 // PoolFor is the pool that key routes to: the first route whose prefix it has, else Default.
@@ -30,7 +33,7 @@ func (t *Topology) PoolFor(key []byte) *pool.Pool {
 	return t.Default
 }
 
-// Locate is the member that owns key.
+// Locate is the member that serves key now.
 func (t *Topology) Locate(key []byte) *pool.Member {
 	p := t.PoolFor(key)
 	return p.Member(p.Locate(key))

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -186,12 +187,13 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 		Logger:         logger,
 	}
 	front.RegisterMetrics(reg)
-	front.Handler = proxy.New(topo.Topology, proxy.Options{
+	px := proxy.New(topo.Topology, proxy.Options{
 		Version:        version,
 		Registry:       reg,
 		Connections:    front.Connections,
 		MaxConnections: cfg.Limits.MaxConnections,
 	})
+	front.Handler = px
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -204,7 +206,7 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 			ln.Close()
 			return fmt.Errorf("admin listen: %w", err)
 		}
-		admin = &http.Server{Handler: adminHandler(reg, o.pprof), ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+		admin = &http.Server{Handler: adminHandler(reg, px, o.pprof), ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 		go func() {
 			if err := admin.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("admin server stopped", "err", err)
@@ -232,6 +234,9 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 		logger.Warn("shutdown timed out; closed remaining connections", "err", err)
 	}
 	<-served
+	if err := px.Wait(ctx); err != nil {
+		logger.Warn("shutdown timed out copying writes to backup pools", "err", err)
+	}
 	if admin != nil {
 		_ = admin.Shutdown(ctx)
 	}
@@ -239,8 +244,14 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 	return nil
 }
 
-func adminHandler(reg *prometheus.Registry, withPprof bool) http.Handler {
+func adminHandler(reg *prometheus.Registry, px *proxy.Proxy, withPprof bool) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /servers", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(px.Servers())
+	})
 	if withPprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

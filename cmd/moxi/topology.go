@@ -47,6 +47,14 @@ func buildTopology(cfg *config.Config, logger *slog.Logger, dial bool) (*topolog
 		byName[pc.Name] = p
 		t.Pools = append(t.Pools, p)
 	}
+	for _, pc := range cfg.Pools {
+		if pc.Backup != "" {
+			if t.Backups == nil {
+				t.Backups = make(map[*pool.Pool]*pool.Pool)
+			}
+			t.Backups[byName[pc.Name]] = byName[pc.Backup]
+		}
+	}
 	for _, r := range cfg.Routes {
 		t.Routes = append(t.Routes, proxy.Route{Prefix: []byte(r.Prefix), Pool: byName[r.Pool]})
 	}

@@ -88,6 +88,15 @@ func (s *Server) markDead(reason error) {
 }
 
 func (s *Server) markUp() {
+	// Requests that arrive between now and the dialers' first attempt wait for that dial
+	// instead of failing for want of a connection.
+	for _, c := range s.conns {
+		c.mu.Lock()
+		if c.nc == nil {
+			c.dialing = true
+		}
+		c.mu.Unlock()
+	}
 	h := &s.health
 	h.mu.Lock()
 	down := time.Since(h.since)

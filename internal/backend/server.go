@@ -224,26 +224,59 @@ func (s *Server) release() {
 	<-s.slots
 }
 
-// Stats are moxi's counters for this server, for "stats proxy".
-func (s *Server) Stats() []protocol.Stat {
+// Counters are moxi's counts for one server since it was created.
+type Counters struct {
+	Requests      uint64 // requests handed to Do
+	Timeouts      uint64 // not answered in time
+	Connect       uint64 // no connection (dead, refused, not yet connected)
+	IO            uint64 // the connection broke
+	Overload      uint64 // no room among the requests in flight
+	InFlight      int64  // waiting for answers now
+	Connections   int    // configured connections
+	ConnectionsUp int    // established now
+	Writes        uint64 // system calls that wrote requests
+}
+
+// Counters reads the server's counters.
+func (s *Server) Counters() Counters {
 	up := 0
 	for _, c := range s.conns {
 		if c.up.Load() {
 			up++
 		}
 	}
+	return Counters{
+		Requests:      s.requests.Load(),
+		Timeouts:      s.timeouts.Load(),
+		Connect:       s.down.Load(),
+		IO:            s.ioErrors.Load(),
+		Overload:      s.overloads.Load(),
+		InFlight:      s.inFlight.Load(),
+		Connections:   len(s.conns),
+		ConnectionsUp: up,
+		Writes:        s.writes.Load(),
+	}
+}
+
+// Stats are moxi's counters for this server, for "stats proxy".
+func (s *Server) Stats() []protocol.Stat {
+	c := s.Counters()
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	state := "up"
+	if !s.Up() {
+		state = "dead"
+	}
 	return []protocol.Stat{
-		{Name: "connections", Value: strconv.Itoa(len(s.conns))},
-		{Name: "connections_up", Value: strconv.Itoa(up)},
-		{Name: "requests", Value: u(s.requests.Load())},
-		{Name: "in_flight", Value: strconv.FormatInt(s.inFlight.Load(), 10)},
-		{Name: "errors_timeout", Value: u(s.timeouts.Load())},
-		{Name: "errors_down", Value: u(s.down.Load())},
-		{Name: "errors_io", Value: u(s.ioErrors.Load())},
-		{Name: "errors_overload", Value: u(s.overloads.Load())},
-		{Name: "state", Value: map[bool]string{true: "up", false: "dead"}[s.Up()]},
-		{Name: "writes", Value: u(s.writes.Load())},
+		{Name: "state", Value: state},
+		{Name: "connections", Value: strconv.Itoa(c.Connections)},
+		{Name: "connections_up", Value: strconv.Itoa(c.ConnectionsUp)},
+		{Name: "requests", Value: u(c.Requests)},
+		{Name: "in_flight", Value: strconv.FormatInt(c.InFlight, 10)},
+		{Name: "errors_timeout", Value: u(c.Timeouts)},
+		{Name: "errors_connect", Value: u(c.Connect)},
+		{Name: "errors_io", Value: u(c.IO)},
+		{Name: "errors_overload", Value: u(c.Overload)},
+		{Name: "writes", Value: u(c.Writes)},
 	}
 }
 

@@ -47,6 +47,7 @@ func New(topo *Topology, opts Options) *Proxy {
 	}
 	p := &Proxy{opts: opts, started: time.Now(), metrics: newMetrics(reg), mirrors: make(chan struct{}, maxMirrors)}
 	p.topo.Store(topo)
+	reg.MustRegister(newServerCollector(p))
 	return p
 }
 

@@ -1,0 +1,431 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"moxi/internal/hashkit"
+	"moxi/internal/ketama"
+	"moxi/internal/memcachedtest"
+)
+
+// The failure settings of these tests, and the bounds the contract derives from them.
+const (
+	testTimeout      = 250 * time.Millisecond
+	testRetries      = 1
+	testFailureLimit = 2
+	testBackoffMax   = time.Second
+)
+
+// resilientConfig is a pool "main" of servers named s0, s1, … with short failure settings.
+func resilientConfig(failover bool, addrs ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pools:\n  main:\n    timeout: %v\n    retries: %d\n    failure_limit: %d\n", testTimeout, testRetries, testFailureLimit)
+	fmt.Fprintf(&b, "    dead_backoff: 100ms\n    dead_backoff_max: %v\n    connect_timeout: 250ms\n    failover: %v\n    servers:\n", testBackoffMax, failover)
+	for i, a := range addrs {
+		fmt.Fprintf(&b, "      - %s:1 s%d\n", a, i)
+	}
+	return b.String()
+}
+
+// owners tells which of n servers named s0… owns a key, as moxi places it (md5, ketama).
+func owners(n int) func(key string) int {
+	nodes := make([]ketama.Node, n)
+	for i := range nodes {
+		nodes[i] = ketama.Node{Name: fmt.Sprintf("s%d", i), Weight: 1}
+	}
+	ring := ketama.New(nodes)
+	return func(key string) int { return ring.Pick(hashkit.MD5([]byte(key))) }
+}
+
+// keysOf returns n keys owned by server s and n owned by the others.
+func keysOf(s, servers, n int) (mine, others []string) {
+	owner := owners(servers)
+	for i := 0; len(mine) < n || len(others) < n; i++ {
+		k := fmt.Sprintf("key:%d", i)
+		if owner(k) == s {
+			if len(mine) < n {
+				mine = append(mine, k)
+			}
+		} else if len(others) < n {
+			others = append(others, k)
+		}
+	}
+	return mine, others
+}
+
+type outcome struct {
+	at  time.Time
+	key string
+	err string // "" when answered
+}
+
+// load runs workers that set and get keys round-robin until stop closes or 300,000 requests,
+// and returns every outcome.
+func load(t *testing.T, addr string, keys []string, workers int, stop <-chan struct{}) []outcome {
+	t.Helper()
+	var mu sync.Mutex
+	var out []outcome
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := dialText(addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			for i := w; i < 300000; i += workers {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := keys[i%len(keys)]
+				var ans string
+				if i%2 == 0 {
+					ans, err = c.set(k, "v")
+				} else {
+					ans, err = c.get(k)
+				}
+				o := outcome{at: time.Now(), key: k}
+				switch {
+				case err != nil:
+					o.err = err.Error()
+				case strings.HasPrefix(ans, "SERVER_ERROR"), strings.HasPrefix(ans, "CLIENT_ERROR"), ans == "ERROR":
+					o.err = ans
+				}
+				mu.Lock()
+				out = append(out, o)
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// TestKillServerUnderLoad: SIGKILL one of three servers under steady load. Keys on the
+// other two see no error; the dead server's keys fail over within failure_limit × timeout
+// plus 100 ms; after a restart its keys come back to it within dead_backoff_max.
+func TestKillServerUnderLoad(t *testing.T) {
+	mcs := cluster(t, 3)
+	moxi := startMoxi(t, "--config", writeConfig(t, resilientConfig(true, addrs(mcs)...)))
+	mine, others := keysOf(0, 3, 50)
+	keys := append(append([]string(nil), mine...), others...)
+	owner := owners(3)
+
+	stop := make(chan struct{})
+	var killed time.Time
+	back := time.Duration(-1) // from the restart until the server's keys land on it again
+	go func() {
+		defer close(stop)
+		time.Sleep(time.Second) // steady load first
+		killed = time.Now()
+		mcs[0].Stop()
+		time.Sleep(1500 * time.Millisecond)
+		mcs[0].Restart(t)
+		restarted := time.Now()
+		for time.Since(restarted) < 5*time.Second {
+			if landsOn(moxi.addr, mcs[0].Addr, mine[0]) {
+				back = time.Since(restarted)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond) // steady load after the failback
+	}()
+	outcomes := load(t, moxi.addr, keys, 6, stop)
+
+	var lastErr time.Time
+	errs := 0
+	for _, o := range outcomes {
+		if o.err == "" {
+			continue
+		}
+		if owner(o.key) != 0 {
+			t.Errorf("key %s on a live server failed: %s", o.key, o.err)
+			continue
+		}
+		errs++
+		if o.at.After(lastErr) {
+			lastErr = o.at
+		}
+	}
+	bound := testFailureLimit*testTimeout + 100*time.Millisecond
+	window := time.Duration(0)
+	if errs > 0 {
+		window = lastErr.Sub(killed)
+	}
+	t.Logf("%d requests; %d errors, all for the killed server's keys, the last %v after the kill (bound %v)", len(outcomes), errs, window.Round(time.Millisecond), bound)
+	if window > bound {
+		t.Errorf("errors for the dead server's keys went on for %v after the kill; want ≤ %v", window, bound)
+	}
+
+	t.Logf("keys back on the restarted server %v after the restart (dead_backoff_max %v)", back.Round(time.Millisecond), testBackoffMax)
+	if back < 0 || back > testBackoffMax+300*time.Millisecond {
+		t.Errorf("failback took %v (-1: never); want within dead_backoff_max %v (plus a probe)", back, testBackoffMax)
+	}
+}
+
+// landsOn reports whether a write of key through moxi is stored on the server at addr.
+func landsOn(moxi, addr, key string) bool {
+	c, err := dialText(moxi)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	v := fmt.Sprint(time.Now().UnixNano())
+	if ans, err := c.set(key, v); err != nil || ans != "STORED" {
+		return false
+	}
+	d, err := dialText(addr)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	got, err := d.get(key)
+	return err == nil && got == v
+}
+
+// waitUntil polls cond every 10 ms until it holds, and returns how long after since it did.
+func waitUntil(t *testing.T, since time.Time, limit time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(since)
+}
+
+// faultListener is a server that misbehaves in one way, for as long as the test runs.
+func faultListener(t *testing.T, kind string) string {
+	t.Helper()
+	if kind == "refuses" {
+		return memcachedtest.FreeAddr(t) // nothing listens there
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if kind == "closes after accepting" {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c) // "accepts and never answers": hold it open, read nothing
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// TestFaultyServers: a server that pauses (SIGSTOP), one that accepts and never answers,
+// one that refuses and one that closes after accepting. Without failover its keys answer
+// SERVER_ERROR within timeout × (retries+1) + 100 ms, the other servers' keys are served,
+// and a paused server is used again after SIGCONT.
+func TestFaultyServers(t *testing.T) {
+	for _, kind := range []string{"paused", "accepts and never answers", "refuses", "closes after accepting"} {
+		t.Run(kind, func(t *testing.T) {
+			mcs := cluster(t, 2)
+			servers := addrs(mcs)
+			var paused *memcachedtest.Server
+			if kind == "paused" {
+				paused = memcachedtest.Start(t)
+				servers = append(servers, paused.Addr)
+			} else {
+				servers = append(servers, faultListener(t, kind))
+			}
+			admin := freeAddr(t)
+			moxi := startMoxi(t, "--config", writeConfig(t, resilientConfig(false, servers...)), "--admin", admin)
+			bad, good := keysOf(2, 3, 10)
+			c, err := dialText(moxi.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if paused != nil {
+				for _, k := range bad {
+					if ans, err := c.set(k, "before"); err != nil || ans != "STORED" {
+						t.Fatalf("set %s: %q %v", k, ans, err)
+					}
+				}
+				if err := paused.Signal(syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			bound := time.Duration(testRetries+1)*testTimeout + 100*time.Millisecond
+			var slowest time.Duration
+			for _, k := range bad {
+				start := time.Now()
+				ans, err := c.get(k)
+				d := time.Since(start)
+				slowest = max(slowest, d)
+				if err != nil || !strings.HasPrefix(ans, "SERVER_ERROR") {
+					t.Fatalf("get %s on the faulty server: %q %v; want SERVER_ERROR", k, ans, err)
+				}
+				if d > bound {
+					t.Errorf("get %s took %v; want ≤ %v", k, d, bound)
+				}
+			}
+			for _, k := range good {
+				if ans, err := c.set(k, "ok"); err != nil || ans != "STORED" {
+					t.Errorf("set %s on a good server: %q %v", k, ans, err)
+				}
+			}
+			t.Logf("faulty server's keys: SERVER_ERROR, slowest %v (bound %v); other keys served", slowest.Round(time.Millisecond), bound)
+			checkState(t, admin, "s2", "dead")
+			checkState(t, admin, "s0", "up")
+
+			if paused != nil {
+				resumed := time.Now()
+				if err := paused.Signal(syscall.SIGCONT); err != nil {
+					t.Fatal(err)
+				}
+				back := waitUntil(t, resumed, 5*time.Second, func() bool {
+					v, err := c.get(bad[0])
+					return err == nil && v == "before"
+				})
+				t.Logf("paused server serving again %v after SIGCONT", back.Round(time.Millisecond))
+				checkState(t, admin, "s2", "up")
+				log := moxi.out.String()
+				if n := strings.Count(log, "backend marked dead"); n != 1 {
+					t.Errorf("%d 'marked dead' log lines for one pause, want 1:\n%s", n, log)
+				}
+				if n := strings.Count(log, "backend up again"); n != 1 {
+					t.Errorf("%d 'up again' log lines for one recovery, want 1:\n%s", n, log)
+				}
+				if back > testBackoffMax+300*time.Millisecond {
+					t.Errorf("recovery after SIGCONT took %v; want within dead_backoff_max %v", back, testBackoffMax)
+				}
+			}
+		})
+	}
+}
+
+// TestBackupPool: writes are copied to the backup pool; a read that misses on the primary
+// is answered from the backup, and so is one whose primary is down.
+func TestBackupPool(t *testing.T) {
+	primary, spare := memcachedtest.Start(t), memcachedtest.Start(t)
+	conf := fmt.Sprintf(`pools:
+  main:
+    timeout: 250ms
+    failure_limit: 1
+    failover: false
+    backup: spare
+    servers: [%s]
+  spare:
+    servers: [%s]
+default_pool: main
+`, primary.Addr, spare.Addr)
+	moxi := startMoxi(t, "--config", writeConfig(t, conf))
+	c, err := dialText(moxi.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if ans, err := c.set("b:1", "one"); err != nil || ans != "STORED" {
+		t.Fatalf("set: %q %v", ans, err)
+	}
+	d, err := dialText(spare.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	waitUntil(t, time.Now(), 5*time.Second, func() bool { v, err := d.get("b:1"); return err == nil && v == "one" })
+
+	p, err := dialText(primary.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans, err := p.call("delete b:1\r\n"); err != nil || ans != "DELETED" {
+		t.Fatalf("delete on primary: %q %v", ans, err)
+	}
+	p.Close()
+	if v, err := c.get("b:1"); err != nil || v != "one" {
+		t.Fatalf("get after a miss on the primary: %q %v; want the backup's value", v, err)
+	}
+
+	primary.Stop()
+	if v, err := c.get("b:1"); err != nil || v != "one" {
+		t.Fatalf("get with the primary down: %q %v; want the backup's value", v, err)
+	}
+	if v, err := c.get("b:none"); err != nil || v != "" {
+		t.Fatalf("get of a key nowhere: %q %v; want a miss", v, err)
+	}
+}
+
+// checkState checks a server's state in GET /servers and in moxi_backend_up.
+func checkState(t *testing.T, admin, server, want string) {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/servers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var servers []struct{ Pool, Name, Addr, State string }
+	err = json.NewDecoder(resp.Body).Decode(&servers)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range servers {
+		if s.Name == server {
+			found = true
+			if s.State != want {
+				t.Errorf("/servers: %s is %q, want %q", server, s.State, want)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("/servers does not list %s: %+v", server, servers)
+	}
+	resp, err = http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	value := map[string]string{"up": "1", "dead": "0"}[want]
+	line := fmt.Sprintf(`moxi_backend_up{pool="main",server=%q} %s`, server, value)
+	if !strings.Contains(string(body), line) {
+		t.Errorf("/metrics lacks %s", line)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -62,14 +63,33 @@ func requireBinary(t testing.TB, name string) string {
 type process struct {
 	cmd  *exec.Cmd
 	addr string
-	out  *strings.Builder
+	out  *syncBuffer
+}
+
+// syncBuffer collects a process's output, which os/exec writes from its own goroutine
+// while the test may read it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // start runs name with args and waits until addr accepts connections.
 func start(t testing.TB, addr, name string, args ...string) *process {
 	t.Helper()
 	cmd := exec.Command(name, args...)
-	out := &strings.Builder{}
+	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)

@@ -192,6 +192,8 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 		Registry:       reg,
 		Connections:    front.Connections,
 		MaxConnections: cfg.Limits.MaxConnections,
+		MaxPending:     cfg.FireAndForget.MaxPending,
+		Logger:         logger,
 	})
 	front.Handler = px
 
@@ -234,8 +236,8 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 		logger.Warn("shutdown timed out; closed remaining connections", "err", err)
 	}
 	<-served
-	if err := px.Wait(ctx); err != nil {
-		logger.Warn("shutdown timed out copying writes to backup pools", "err", err)
+	if err := px.Close(ctx); err != nil {
+		logger.Warn("shutdown timed out writing queued fire-and-forget writes or backup copies", "err", err)
 	}
 	if admin != nil {
 		_ = admin.Shutdown(ctx)

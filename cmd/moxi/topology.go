@@ -8,6 +8,7 @@ import (
 
 	"moxi/internal/backend"
 	"moxi/internal/config"
+	"moxi/internal/hotcache"
 	"moxi/internal/ketama"
 	"moxi/internal/memstore"
 	"moxi/internal/pool"
@@ -61,6 +62,13 @@ func buildTopology(cfg *config.Config, logger *slog.Logger, dial bool) (*topolog
 	def := cfg.DefaultPool
 	if def == "" && len(cfg.Pools) == 1 {
 		def = cfg.Pools[0].Name
+	}
+	t.Dedup = cfg.Dedup
+	if len(cfg.HotCache.Prefixes) > 0 {
+		t.Hot = hotcache.New(cfg.HotCache.Prefixes, cfg.HotCache.MaxItems, cfg.HotCache.TTL)
+	}
+	for _, prefix := range cfg.FireAndForget.Prefixes {
+		t.FireAndForget = append(t.FireAndForget, []byte(prefix))
 	}
 	t.Default = byName[def]
 	if t.Default == nil {

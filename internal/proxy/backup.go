@@ -21,14 +21,23 @@ func wantsBackup(r *protocol.Response) bool {
 	return r.Status == protocol.StatusNotFound || r.Status == protocol.StatusTempFailure
 }
 
-// readBackup asks each key's backup pool for the keys that missed or failed on their own
-// pool, as magent does. A backup hit replaces the answer; so does any answer from the
+// readBackup asks each key's backup pool for the keys (among those at among; nil: all) that
+// missed or failed on their own pool, as magent does. A backup hit replaces the answer; so does any answer from the
 // backup when the primary gave none.
-func (p *Proxy) readBackup(ctx context.Context, t *Topology, req *protocol.Request, out []protocol.Response) {
+func (p *Proxy) readBackup(ctx context.Context, t *Topology, req *protocol.Request, out []protocol.Response, among []int) {
 	var idx []int
-	for i := range out {
+	consider := func(i int) {
 		if wantsBackup(&out[i]) && t.Backups[t.PoolFor(req.Keys[i])] != nil {
 			idx = append(idx, i)
+		}
+	}
+	if among == nil {
+		for i := range out {
+			consider(i)
+		}
+	} else {
+		for _, i := range among {
+			consider(i)
 		}
 	}
 	if len(idx) == 0 {

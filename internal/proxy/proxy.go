@@ -5,12 +5,16 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"moxi/internal/dedup"
+	"moxi/internal/fireforget"
 	"moxi/internal/pool"
 	"moxi/internal/protocol"
 )
@@ -24,6 +28,9 @@ type Options struct {
 	Connections func() (current, total uint64)
 	// MaxConnections is reported as max_connections in "stats".
 	MaxConnections int
+	// MaxPending bounds the fire-and-forget writes queued at once; default 10000.
+	MaxPending int
+	Logger     *slog.Logger // nil = slog.Default()
 }
 
 // Proxy answers client requests from the servers of its current Topology. Safe for
@@ -37,7 +44,13 @@ type Proxy struct {
 
 	mirrors   chan struct{}  // one token per write being copied to a backup pool
 	mirroring sync.WaitGroup // the copies in progress
+
+	flights dedup.Group[protocol.Response] // get/gets in flight, for dedup
+	queue   *fireforget.Queue              // fire-and-forget writes
 }
+
+// fireAndForgetWorkers write queued writes; a key always goes to the same one, in order.
+const fireAndForgetWorkers = 8
 
 // New returns a proxy serving topo.
 func New(topo *Topology, opts Options) *Proxy {
@@ -45,10 +58,25 @@ func New(topo *Topology, opts Options) *Proxy {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	p := &Proxy{opts: opts, started: time.Now(), metrics: newMetrics(reg), mirrors: make(chan struct{}, maxMirrors)}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = 10000
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	p := &Proxy{opts: opts, started: time.Now(), mirrors: make(chan struct{}, maxMirrors)}
+	p.queue = fireforget.New(fireAndForgetWorkers, opts.MaxPending, p.writeQueued, opts.Logger)
+	p.metrics = newMetrics(reg, func() float64 { return float64(p.queue.Pending()) })
 	p.topo.Store(topo)
 	reg.MustRegister(newServerCollector(p))
 	return p
+}
+
+// Close writes out the fire-and-forget queue and waits for the copies to backup pools, or
+// until ctx ends. Requests must have stopped (the frontend shut down) before.
+func (p *Proxy) Close(ctx context.Context) error {
+	qerr := p.queue.Close(ctx)
+	return errors.Join(qerr, p.Wait(ctx))
 }
 
 // Swap installs a new topology; requests in flight finish on the one they started with.
@@ -69,6 +97,10 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 		resps = p.retrieve(ctx, t, req, resps)
 	case req.Op == protocol.OpFlushAll:
 		resps = append(resps, p.flushAll(ctx, t, req))
+		if t.Hot != nil {
+			t.Hot.Purge()
+		}
+		p.flights.ForgetAll()
 	case req.Op == protocol.OpVersion:
 		// "moxi X", as mcrouter answers "mcrouter X": clients that parse the version see a
 		// name, not an old memcached, and take the memcached 1.6 path.
@@ -79,11 +111,7 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 		resps = append(resps, p.statsResponse(ctx, t, req))
 	default:
 		resps = append(resps, protocol.Response{})
-		pl := t.PoolFor(req.Key)
-		p.do(ctx, pl, req.Key, req, resps[base:])
-		if b := t.Backups[pl]; b != nil && mirrored(req.Op) {
-			p.mirror(b, req, &resps[base])
-		}
+		p.write(ctx, t, req, resps[base:])
 	}
 	p.stats.count(req, resps[base:])
 	p.metrics.requests[req.Op].Inc()

@@ -4,32 +4,122 @@ import (
 	"context"
 	"sync"
 
+	"moxi/internal/dedup"
+	"moxi/internal/hotcache"
 	"moxi/internal/pool"
 	"moxi/internal/protocol"
 )
 
-// retrieve answers a get, gets, gat or gats: the keys are split by the server that serves
-// them, each server's share sent as one request, in parallel, and the answers put back in
-// the client's key order. Keys that miss or fail are then tried on their pool's backup.
+// retrieve answers a get, gets, gat or gats, in the client's key order: from the hot cache
+// where it can, by joining a fetch of the same key already in flight where dedup allows,
+// and for the rest from the servers (see fetch).
 func (p *Proxy) retrieve(ctx context.Context, t *Topology, req *protocol.Request, resps []protocol.Response) []protocol.Response {
 	base := len(resps)
 	for range req.Keys {
 		resps = append(resps, protocol.Response{})
 	}
 	out := resps[base:]
+	switch {
+	case req.Op == protocol.OpGat || req.Op == protocol.OpGats:
+		// A touch: neither served from the cache nor shared, and it ends what is cached.
+		p.fetch(ctx, t, req, out, nil)
+		for _, k := range req.Keys {
+			p.settle(t, k)
+		}
+	case t.Hot == nil && !t.Dedup:
+		p.fetch(ctx, t, req, out, nil)
+	default:
+		p.retrieveShared(ctx, t, req, out)
+	}
+	return resps
+}
+
+// retrieveShared is retrieve with the hot cache and dedup. The request leads the fetch of
+// every key nobody else is fetching, fetches those in one go, publishes them, and only then
+// waits for the keys others lead: since every request finishes what it leads before it
+// waits, two requests leading each other's keys cannot wait for each other.
+func (p *Proxy) retrieveShared(ctx context.Context, t *Topology, req *protocol.Request, out []protocol.Response) {
+	type lead struct {
+		i      int
+		flight *dedup.Flight[protocol.Response] // nil without dedup
+		hot    bool
+		epoch  uint64
+	}
+	type follow struct {
+		i      int
+		flight *dedup.Flight[protocol.Response]
+	}
+	var leads []lead
+	var follows []follow
+	for i, k := range req.Keys {
+		hot := t.Hot.Hot(k)
+		if hot {
+			if e, ok := t.Hot.Get(k); ok {
+				out[i] = protocol.Response{Key: k, Value: e.Value, Flags: e.Flags, Cas: e.Cas}
+				p.metrics.hotHits.Inc()
+				continue
+			}
+			p.metrics.hotMisses.Inc()
+		}
+		l := lead{i: i, hot: hot}
+		if hot {
+			l.epoch = t.Hot.Epoch(k)
+		}
+		if t.Dedup {
+			f, leader := p.flights.Start(k)
+			if !leader {
+				follows = append(follows, follow{i, f})
+				continue
+			}
+			l.flight = f
+		}
+		leads = append(leads, l)
+	}
+
+	if len(leads) > 0 {
+		idx := make([]int, len(leads))
+		for j, l := range leads {
+			idx[j] = l.i
+		}
+		p.fetch(ctx, t, req, out, idx)
+	}
+	for _, l := range leads {
+		k, r := req.Keys[l.i], &out[l.i]
+		if l.hot && r.Status == protocol.StatusOK {
+			t.Hot.Add(k, hotcache.Entry{Value: r.Value, Flags: r.Flags, Cas: r.Cas}, l.epoch)
+		}
+		if l.flight != nil {
+			l.flight.Val = *r
+			l.flight.Val.Key = nil // the leader's key bytes belong to its connection
+			p.flights.Finish(k, l.flight)
+		}
+	}
+
+	for _, f := range follows {
+		if err := f.flight.Wait(ctx); err != nil {
+			out[f.i] = protocol.Response{Status: protocol.StatusTempFailure, Msg: err.Error()}
+		} else {
+			out[f.i] = f.flight.Val
+		}
+		out[f.i].Key = req.Keys[f.i]
+	}
+	p.metrics.coalesced.Add(float64(len(follows)))
+}
+
+// fetch gets req.Keys[i] for every i in idx (every key when idx is nil) from the servers
+// into out[i]: a single key straight from its server, several split by server and sent as
+// one request per server in parallel. Keys that then miss or fail are tried on their
+// pool's backup.
+func (p *Proxy) fetch(ctx context.Context, t *Topology, req *protocol.Request, out []protocol.Response, idx []int) {
 	if len(req.Keys) == 1 {
 		pl := t.PoolFor(req.Keys[0])
 		p.do(ctx, pl, req.Keys[0], req, out)
-		if b := t.Backups[pl]; b != nil && wantsBackup(&out[0]) {
-			p.readBackup(ctx, t, req, out)
-		}
-		return resps
+	} else {
+		p.fanOut(ctx, t.PoolFor, req, out, idx)
 	}
-	p.fanOut(ctx, t.PoolFor, req, out, nil)
 	if len(t.Backups) > 0 {
-		p.readBackup(ctx, t, req, out)
+		p.readBackup(ctx, t, req, out, idx)
 	}
-	return resps
 }
 
 // share is the keys of one request that one member serves: indexes into the request.

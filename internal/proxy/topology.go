@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 
+	"moxi/internal/hotcache"
 	"moxi/internal/pool"
 )
 
@@ -21,6 +22,20 @@ type Topology struct {
 	// Backups maps a pool to its backup pool: writes are copied there, and reads that miss
 	// or fail on the pool are tried there.
 	Backups map[*pool.Pool]*pool.Pool
+
+	Dedup         bool            // coalesce identical concurrent get/gets
+	Hot           *hotcache.Cache // nil: no hot cache
+	FireAndForget [][]byte        // prefixes whose writes are answered at once and sent in the background
+}
+
+// fireAndForget reports whether writes of key are sent in the background.
+func (t *Topology) fireAndForget(key []byte) bool {
+	for _, p := range t.FireAndForget {
+		if bytes.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // PoolFor is the pool that key routes to: the first route whose prefix it has, else Default.

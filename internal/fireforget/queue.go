@@ -1,0 +1,141 @@
+// Package fireforget writes in the background: a request is queued, its client answered at
+// once, and workers send it on, two writes of one key in the order they were queued.
+package fireforget
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"moxi/internal/protocol"
+)
+
+// ErrClosed is returned by Enqueue after Close.
+var ErrClosed = errors.New("fire-and-forget queue closed")
+
+// Write sends one queued request to its server and reports whether it was stored; an error
+// means it was not (no answer, or an answer other than success).
+type Write func(ctx context.Context, req *protocol.Request) error
+
+// Queue is a bounded queue of writes and the workers that drain it. Safe for concurrent
+// use.
+type Queue struct {
+	write  Write
+	logger *slog.Logger
+	shards []chan *protocol.Request // a key always goes to the same shard: its writes stay in order
+	slots  chan struct{}            // one token per queued or running write: max_pending
+
+	start  sync.Once      // the workers start with the first write: an unused queue costs nothing
+	mu     sync.RWMutex   // closed and sends on shards; held for reading while enqueuing
+	closed bool           // guarded by mu
+	wg     sync.WaitGroup // the workers
+
+	written, failed atomic.Uint64
+	lastLog         atomic.Int64 // unix nanos of the last failure log line
+}
+
+// New starts workers that drain a queue of at most maxPending writes with write.
+func New(workers, maxPending int, write Write, logger *slog.Logger) *Queue {
+	q := &Queue{write: write, logger: logger, slots: make(chan struct{}, maxPending)}
+	q.shards = make([]chan *protocol.Request, workers)
+	return q
+}
+
+// startWorkers makes the shards and starts one worker each; called once, under mu.
+func (q *Queue) startWorkers() {
+	for i := range q.shards {
+		q.shards[i] = make(chan *protocol.Request, cap(q.slots))
+		q.wg.Add(1)
+		go q.work(q.shards[i])
+	}
+}
+
+// Enqueue copies req and queues it. When max_pending writes are queued it waits for room
+// (back-pressure) until ctx ends.
+func (q *Queue) Enqueue(ctx context.Context, req *protocol.Request) error {
+	select {
+	case q.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	cp := &protocol.Request{
+		Op:      req.Op,
+		Key:     append([]byte(nil), req.Key...),
+		Value:   append([]byte(nil), req.Value...),
+		Flags:   req.Flags,
+		Exptime: req.Exptime,
+		Cas:     req.Cas,
+	}
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if q.closed {
+		<-q.slots
+		return ErrClosed
+	}
+	q.start.Do(q.startWorkers)
+	q.shards[shard(cp.Key, len(q.shards))] <- cp // never blocks: a shard holds max_pending
+	return nil
+}
+
+// Pending is the number of writes queued or being written.
+func (q *Queue) Pending() int { return len(q.slots) }
+
+// Counts are the writes done and failed so far.
+func (q *Queue) Counts() (written, failed uint64) { return q.written.Load(), q.failed.Load() }
+
+// Close stops accepting writes and waits until the queued ones are written, or ctx ends:
+// then the rest are abandoned (and counted as failed) and Close returns ctx's error.
+func (q *Queue) Close(ctx context.Context) error {
+	q.mu.Lock()
+	if !q.closed {
+		q.closed = true
+		for _, s := range q.shards {
+			if s != nil { // nil when no write ever came
+				close(s)
+			}
+		}
+	}
+	q.mu.Unlock()
+	done := make(chan struct{})
+	go func() { q.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// work writes one shard's requests in order until the shard is closed and empty.
+func (q *Queue) work(shard <-chan *protocol.Request) {
+	defer q.wg.Done()
+	for req := range shard {
+		if err := q.write(context.Background(), req); err != nil {
+			q.failed.Add(1)
+			q.logFailure(req, err)
+		} else {
+			q.written.Add(1)
+		}
+		<-q.slots
+	}
+}
+
+// logFailure logs at most one line a second, with the count so far.
+func (q *Queue) logFailure(req *protocol.Request, err error) {
+	now := time.Now().UnixNano()
+	last := q.lastLog.Load()
+	if now-last < int64(time.Second) || !q.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	q.logger.Warn("fire-and-forget write failed", "key", string(req.Key), "err", err, "failed_total", q.failed.Load())
+}
+
+func shard(key []byte, n int) int {
+	h := fnv.New32a()
+	h.Write(key)
+	return int(h.Sum32() % uint32(n))
+}

@@ -1,0 +1,72 @@
+package proxy
+
+import (
+	"context"
+	"strconv"
+
+	"moxi/internal/protocol"
+)
+
+// write answers any single-key command but a retrieval: a set, add, replace, append,
+// prepend, cas, delete, incr, decr or touch. Writes of fire-and-forget keys are answered at
+// once and sent in the background; every other write is answered when its server has.
+// Either way the key's hot cache entry and shared fetches end before the answer.
+func (p *Proxy) write(ctx context.Context, t *Topology, req *protocol.Request, one []protocol.Response) {
+	key, resp := req.Key, &one[0]
+	if t.Hot.Hot(key) {
+		t.Hot.Drop(key)
+	}
+	if req.Op.IsStorage() && req.Op != protocol.OpCas && t.fireAndForget(key) {
+		if err := p.queue.Enqueue(ctx, req); err != nil {
+			*resp = protocol.Response{Status: protocol.StatusTempFailure, Msg: "fire-and-forget: " + err.Error()}
+			return
+		}
+		*resp = protocol.Response{} // STORED, before the server has seen it: that is the point
+		p.settle(t, key)
+		return
+	}
+	pl := t.PoolFor(key)
+	p.do(ctx, pl, key, req, one)
+	p.settle(t, key)
+	if b := t.Backups[pl]; b != nil && mirrored(req.Op) {
+		p.mirror(b, req, resp)
+	}
+}
+
+// settle ends what moxi holds of key's old value once a write of it is acknowledged: its
+// hot cache entry, and any fetch of it in flight, which later reads must not join.
+func (p *Proxy) settle(t *Topology, key []byte) {
+	if t.Hot.Hot(key) {
+		t.Hot.Drop(key)
+	}
+	if t.Dedup {
+		p.flights.Forget(key)
+	}
+}
+
+// writeQueued sends a fire-and-forget write on, through the topology running now, and
+// settles the key again once it has landed.
+func (p *Proxy) writeQueued(ctx context.Context, req *protocol.Request) error {
+	t := p.topo.Load()
+	pl := t.PoolFor(req.Key)
+	var resp [1]protocol.Response
+	p.do(ctx, pl, req.Key, req, resp[:])
+	p.settle(t, req.Key)
+	if b := t.Backups[pl]; b != nil {
+		p.mirror(b, req, &resp[0])
+	}
+	if resp[0].Status != protocol.StatusOK {
+		return &statusError{resp[0]}
+	}
+	return nil
+}
+
+// statusError is a fire-and-forget write the server did not store.
+type statusError struct{ resp protocol.Response }
+
+func (e *statusError) Error() string {
+	if e.resp.Msg != "" {
+		return e.resp.Msg
+	}
+	return "not stored (status " + strconv.Itoa(int(e.resp.Status)) + ")"
+}

@@ -16,8 +16,31 @@ import (
 	"time"
 )
 
-// moxiBin is the moxi binary built once by TestMain.
+// moxiBin is the moxi binary built once by TestMain, with the race detector.
 var moxiBin string
+
+// fastBin is moxi built without the race detector, for tests that time answers; built on
+// first use.
+var (
+	fastBin     string
+	fastBinOnce sync.Once
+	fastBinErr  error
+)
+
+func fastMoxi(t testing.TB) string {
+	t.Helper()
+	fastBinOnce.Do(func() {
+		fastBin = filepath.Join(filepath.Dir(moxiBin), "moxi-fast")
+		out, err := exec.Command("go", "build", "-o", fastBin, "../cmd/moxi").CombinedOutput()
+		if err != nil {
+			fastBinErr = fmt.Errorf("building moxi: %v\n%s", err, out)
+		}
+	})
+	if fastBinErr != nil {
+		t.Fatal(fastBinErr)
+	}
+	return fastBin
+}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "moxi-e2e")
@@ -131,12 +154,18 @@ func (p *process) stop(t testing.TB) {
 // unless args name one.
 func startMoxi(t testing.TB, args ...string) *process {
 	t.Helper()
+	return startMoxiBin(t, moxiBin, args...)
+}
+
+// startMoxiBin is startMoxi for a given binary.
+func startMoxiBin(t testing.TB, bin string, args ...string) *process {
+	t.Helper()
 	addr := freeAddr(t)
 	all := append([]string{"--listen", addr}, args...)
 	if !containsFlag(args, "--admin") {
 		all = append(all, "--admin", "")
 	}
-	return start(t, addr, moxiBin, all...)
+	return start(t, addr, bin, all...)
 }
 
 func containsFlag(args []string, flag string) bool {

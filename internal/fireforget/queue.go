@@ -48,7 +48,9 @@ func New(workers, maxPending int, write Write, logger *slog.Logger) *Queue {
 // startWorkers makes the shards and starts one worker each; called once, under mu.
 func (q *Queue) startWorkers() {
 	for i := range q.shards {
-		q.shards[i] = make(chan *protocol.Request, cap(q.slots))
+		// The slots bound the total; a shard holds its share, and a skewed key waits
+		// for its worker (back-pressure) rather than every shard reserving max_pending.
+		q.shards[i] = make(chan *protocol.Request, cap(q.slots)/len(q.shards)+1)
 		q.wg.Add(1)
 		go q.work(q.shards[i])
 	}
@@ -77,8 +79,13 @@ func (q *Queue) Enqueue(ctx context.Context, req *protocol.Request) error {
 		return ErrClosed
 	}
 	q.start.Do(q.startWorkers)
-	q.shards[shard(cp.Key, len(q.shards))] <- cp // never blocks: a shard holds max_pending
-	return nil
+	select {
+	case q.shards[shard(cp.Key, len(q.shards))] <- cp:
+		return nil
+	case <-ctx.Done():
+		<-q.slots
+		return ctx.Err()
+	}
 }
 
 // Pending is the number of writes queued or being written.
@@ -110,18 +117,69 @@ func (q *Queue) Close(ctx context.Context) error {
 	}
 }
 
-// work writes one shard's requests in order until the shard is closed and empty.
+// maxBatch is how many queued writes a worker takes at once.
+const maxBatch = 256
+
+// work writes one shard's requests until the shard is closed and empty. It takes what has
+// queued up (up to maxBatch) and writes it in waves: a wave holds the first write of every
+// key in the batch, sent all at once, then the next wave the second writes, and so on. So
+// a slow link costs one round trip per wave, not per write, and one key's writes still
+// land in the order they were queued.
 func (q *Queue) work(shard <-chan *protocol.Request) {
 	defer q.wg.Done()
+	batch := make([]*protocol.Request, 0, maxBatch)
 	for req := range shard {
-		if err := q.write(context.Background(), req); err != nil {
-			q.failed.Add(1)
-			q.logFailure(req, err)
-		} else {
-			q.written.Add(1)
+		batch = append(batch[:0], req)
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case r, ok := <-shard:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
 		}
-		<-q.slots
+		q.writeWaves(batch)
 	}
+}
+
+func (q *Queue) writeWaves(batch []*protocol.Request) {
+	seen := make(map[string]bool, len(batch))
+	for len(batch) > 0 {
+		clear(seen)
+		var wave, rest []*protocol.Request
+		for _, r := range batch {
+			if seen[string(r.Key)] {
+				rest = append(rest, r)
+				continue
+			}
+			seen[string(r.Key)] = true
+			wave = append(wave, r)
+		}
+		var wg sync.WaitGroup
+		for _, r := range wave {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				q.writeOne(r)
+			}()
+		}
+		wg.Wait()
+		batch = rest
+	}
+}
+
+func (q *Queue) writeOne(req *protocol.Request) {
+	if err := q.write(context.Background(), req); err != nil {
+		q.failed.Add(1)
+		q.logFailure(req, err)
+	} else {
+		q.written.Add(1)
+	}
+	<-q.slots
 }
 
 // logFailure logs at most one line a second, with the count so far.

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -24,6 +25,7 @@ import (
 	"moxi/internal/config"
 	"moxi/internal/frontend"
 	"moxi/internal/proxy"
+	"moxi/internal/topology"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -155,12 +157,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // check validates cfg as far as building its topology and prints the effective config.
 func check(cfg *config.Config, stdout, stderr io.Writer) int {
-	topo, err := buildTopology(cfg, slog.New(slog.DiscardHandler), false)
+	b := &topology.Builder{Logger: slog.New(slog.DiscardHandler)}
+	pending, err := b.Build(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	topo.close()
+	pending.Abort()
 	out, err := cfg.YAML()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -170,24 +173,26 @@ func check(cfg *config.Config, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// serve runs moxi until SIGINT or SIGTERM, then shuts down within cfg.ShutdownTimeout.
+// serve runs moxi until SIGINT or SIGTERM, then shuts down within shutdown_timeout.
+// SIGHUP, POST /reload and (with watch_config) a change of the file reload the config.
 func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
-	topo, err := buildTopology(cfg, logger, true)
+	builder := &topology.Builder{Logger: logger, Dial: true, Grace: grace(cfg)}
+	pending, err := builder.Build(cfg)
 	if err != nil {
 		return err
 	}
-	defer topo.close()
+	pending.Commit()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	front := &frontend.Server{
-		Limits:         protocolLimits(cfg),
+		Limits:         topology.Limits(cfg),
 		MaxConnections: cfg.Limits.MaxConnections,
 		Logger:         logger,
 	}
 	front.RegisterMetrics(reg)
-	px := proxy.New(topo.Topology, proxy.Options{
+	px := proxy.New(pending.Topology, proxy.Options{
 		Version:        version,
 		Registry:       reg,
 		Connections:    front.Connections,
@@ -196,9 +201,11 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 		Logger:         logger,
 	})
 	front.Handler = px
+	rl := newReloader(o, cfg, builder, px, logger, reg)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		_ = builder.Close(context.Background())
 		return fmt.Errorf("listen: %w", err)
 	}
 	var admin *http.Server
@@ -206,31 +213,47 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 		aln, err := net.Listen("tcp", cfg.Admin)
 		if err != nil {
 			ln.Close()
+			_ = builder.Close(context.Background())
 			return fmt.Errorf("admin listen: %w", err)
 		}
-		admin = &http.Server{Handler: adminHandler(reg, px, o.pprof), ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+		admin = &http.Server{Handler: adminHandler(reg, px, rl, o.pprof), ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 		go func() {
 			if err := admin.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("admin server stopped", "err", err)
 			}
 		}()
 	}
-	logger.Info("moxi serving", "version", version, "listen", ln.Addr().String(), "admin", cfg.Admin, "pools", len(topo.Pools))
+	logger.Info("moxi serving", "version", version, "listen", ln.Addr().String(), "admin", cfg.Admin, "pools", len(cfg.Pools))
 
 	served := make(chan error, 1)
 	go func() { served <- front.Serve(ln) }()
+	watchCtx, stopWatching := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { defer close(watched); rl.watch(watchCtx) }()
 
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(stop)
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
-	case sig := <-stop:
-		logger.Info("stopping", "signal", sig.String(), "timeout", cfg.ShutdownTimeout)
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(signals)
+	for stopping := false; !stopping; {
+		select {
+		case err := <-served:
+			stopWatching()
+			<-watched
+			_ = builder.Close(context.Background())
+			return fmt.Errorf("serve: %w", err)
+		case sig := <-signals:
+			if sig == syscall.SIGHUP {
+				_, _ = rl.reload("SIGHUP")
+				continue
+			}
+			logger.Info("stopping", "signal", sig.String(), "timeout", rl.config().ShutdownTimeout)
+			stopping = true
+		}
 	}
+	stopWatching()
+	<-watched
 
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), rl.config().ShutdownTimeout)
 	defer cancel()
 	if err := front.Shutdown(ctx); err != nil {
 		logger.Warn("shutdown timed out; closed remaining connections", "err", err)
@@ -242,17 +265,52 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 	if admin != nil {
 		_ = admin.Shutdown(ctx)
 	}
+	_ = builder.Close(ctx)
 	logger.Info("stopped")
 	return nil
 }
 
-func adminHandler(reg *prometheus.Registry, px *proxy.Proxy, withPprof bool) http.Handler {
+// grace is how long a server that a reload dropped stays open: the longest a request that
+// started on the old topology can take.
+func grace(cfg *config.Config) time.Duration {
+	g := time.Duration(0)
+	for _, pc := range cfg.Pools {
+		g = max(g, pc.Timeout*time.Duration(pc.Retries+1)+pc.ConnectTimeout)
+	}
+	return g + time.Second
+}
+
+func adminHandler(reg *prometheus.Registry, px *proxy.Proxy, rl *reloader, withPprof bool) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
 	mux.HandleFunc("GET /servers", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(px.Servers())
+		writeJSON(w, px.Servers())
+	})
+	mux.HandleFunc("GET /migrations", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, px.Migrations())
+	})
+	mux.HandleFunc("POST /reload", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		summary, err := rl.reload("POST /reload")
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, err.Error()+"\n")
+			return
+		}
+		io.WriteString(w, summary)
+	})
+	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) {
+		out, err := rl.config().YAML()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Write(out)
 	})
 	if withPprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -261,10 +319,12 @@ func adminHandler(reg *prometheus.Registry, px *proxy.Proxy, withPprof bool) htt
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok\n")
-	})
 	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
 }

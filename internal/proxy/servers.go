@@ -92,3 +92,23 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// MigrationState is one live migration, as GET /migrations shows it.
+type MigrationState struct {
+	Pool       string `json:"pool"`
+	Name       string `json:"name"`
+	From       string `json:"from"`
+	To         string `json:"to"`
+	Phase      string `json:"phase"` // copying, done or failed
+	KeysCopied int64  `json:"keys_copied"`
+	KeysTotal  int64  `json:"keys_total"`
+	Started    string `json:"started"`
+	Finished   string `json:"finished"`
+	Error      string `json:"error"`
+}
+
+// Migrations lists the servers being migrated. moxi has no migrations yet, so the list is
+// always empty: the endpoint exists for the scripts that poll it.
+func (p *Proxy) Migrations() []MigrationState {
+	return []MigrationState{}
+}

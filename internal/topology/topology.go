@@ -1,0 +1,262 @@
+// Package topology builds the proxy's routing table from a config, reusing the running
+// servers that the new config leaves unchanged, so that a reload keeps their connections,
+// their health and (for embedded shards) their data.
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"moxi/internal/backend"
+	"moxi/internal/config"
+	"moxi/internal/hotcache"
+	"moxi/internal/ketama"
+	"moxi/internal/memstore"
+	"moxi/internal/pool"
+	"moxi/internal/protocol"
+	"moxi/internal/proxy"
+)
+
+// Builder makes topologies and owns the servers they use. Safe for concurrent use, though
+// reloads are serialized by the caller.
+type Builder struct {
+	Logger *slog.Logger
+	// Dial false makes remote servers placeholders that never connect (for --check).
+	Dial bool
+	// Grace is how long a server that a reload dropped stays open, so that requests that
+	// started on the old topology can finish on it.
+	Grace time.Duration
+
+	mu      sync.Mutex
+	running map[serverKey]pool.Server // the servers of the committed topology
+	retired sync.WaitGroup            // servers closing after their grace
+}
+
+// serverKey is a server's identity: two configs that give the same key share the server.
+// Anything that changes how moxi talks to it is part of the key.
+type serverKey struct {
+	pool, addr, name    string
+	embeddedIndex       int
+	embeddedMB          int
+	connections         int
+	connectTimeout      time.Duration
+	timeout             time.Duration
+	failureLimit        int
+	backoff, backoffMax time.Duration
+	limits              protocol.Limits
+}
+
+// Pending is a topology built but not yet in service: Commit after installing it, or
+// Abort to close the servers it created.
+type Pending struct {
+	Topology *proxy.Topology
+	b        *Builder
+	servers  map[serverKey]pool.Server
+	created  []pool.Server
+}
+
+// Build builds the pools, servers and routes that cfg describes.
+func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	pd := &Pending{Topology: &proxy.Topology{}, b: b, servers: make(map[serverKey]pool.Server)}
+	t := pd.Topology
+	byName := make(map[string]*pool.Pool, len(cfg.Pools))
+	for _, pc := range cfg.Pools {
+		p, err := pool.New(pc.Name, pool.Options{
+			Distribution: pc.Distribution,
+			Hash:         pc.Hash,
+			Failover:     pc.Failover,
+			Retries:      pc.Retries,
+		}, b.members(pd, cfg, pc))
+		if err != nil {
+			pd.Abort()
+			return nil, err
+		}
+		byName[pc.Name] = p
+		t.Pools = append(t.Pools, p)
+	}
+	for _, pc := range cfg.Pools {
+		if pc.Backup != "" {
+			if t.Backups == nil {
+				t.Backups = make(map[*pool.Pool]*pool.Pool)
+			}
+			t.Backups[byName[pc.Name]] = byName[pc.Backup]
+		}
+	}
+	for _, r := range cfg.Routes {
+		t.Routes = append(t.Routes, proxy.Route{Prefix: []byte(r.Prefix), Pool: byName[r.Pool]})
+	}
+	def := cfg.DefaultPool
+	if def == "" && len(cfg.Pools) == 1 {
+		def = cfg.Pools[0].Name
+	}
+	t.Default = byName[def]
+	if t.Default == nil {
+		pd.Abort()
+		return nil, fmt.Errorf("default pool %q does not exist", def)
+	}
+	t.Dedup = cfg.Dedup
+	if len(cfg.HotCache.Prefixes) > 0 {
+		t.Hot = hotcache.New(cfg.HotCache.Prefixes, cfg.HotCache.MaxItems, cfg.HotCache.TTL)
+	}
+	for _, prefix := range cfg.FireAndForget.Prefixes {
+		t.FireAndForget = append(t.FireAndForget, []byte(prefix))
+	}
+	return pd, nil
+}
+
+// members makes (or reuses) the servers of one pool.
+func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []pool.Member {
+	lim := Limits(cfg)
+	if pc.Embedded > 0 {
+		members := make([]pool.Member, pc.Embedded)
+		for i := range members {
+			key := serverKey{pool: pc.Name, embeddedIndex: i, embeddedMB: pc.EmbeddedMemoryMB, connections: pc.Embedded}
+			members[i] = pool.Member{
+				Name:   fmt.Sprintf("shard%d", i),
+				Addr:   fmt.Sprintf("embedded/%d", i),
+				Weight: 1,
+				Server: b.server(pd, key, func() pool.Server {
+					return memstore.New(memstore.Options{MaxBytes: int64(pc.EmbeddedMemoryMB) << 20})
+				}),
+			}
+		}
+		return members
+	}
+	members := make([]pool.Member, len(pc.Servers))
+	for i, sc := range pc.Servers {
+		m := &members[i]
+		m.Name, m.Addr, m.Weight = ServerName(sc), sc.Addr, sc.Weight
+		key := serverKey{
+			pool: pc.Name, addr: sc.Addr, name: m.Name, embeddedIndex: -1,
+			connections: pc.Connections, connectTimeout: pc.ConnectTimeout, timeout: pc.Timeout,
+			failureLimit: pc.FailureLimit, backoff: pc.DeadBackoff, backoffMax: pc.DeadBackoffMax, limits: lim,
+		}
+		m.Server = b.server(pd, key, func() pool.Server {
+			if !b.Dial {
+				return unconnected{}
+			}
+			return backend.New(backend.Options{
+				Addr:           sc.Addr,
+				Connections:    pc.Connections,
+				ConnectTimeout: pc.ConnectTimeout,
+				Timeout:        pc.Timeout,
+				FailureLimit:   pc.FailureLimit,
+				RetryMin:       pc.DeadBackoff,
+				RetryMax:       pc.DeadBackoffMax,
+				Limits:         lim,
+				Logger:         b.logger().With("pool", pc.Name, "server", m.Name),
+			})
+		})
+	}
+	return members
+}
+
+// server returns the running server with key, or a new one.
+func (b *Builder) server(pd *Pending, key serverKey, create func() pool.Server) pool.Server {
+	if s, ok := pd.servers[key]; ok { // listed twice in one config (a config error elsewhere)
+		return s
+	}
+	s, ok := b.running[key]
+	if !ok {
+		s = create()
+		pd.created = append(pd.created, s)
+	}
+	pd.servers[key] = s
+	return s
+}
+
+// Commit makes pd the running topology's servers: those of the previous one that pd does
+// not use are closed after the grace period. Call it after installing pd.Topology.
+func (pd *Pending) Commit() {
+	b := pd.b
+	b.mu.Lock()
+	var drop []pool.Server
+	for k, s := range b.running {
+		if _, kept := pd.servers[k]; !kept {
+			drop = append(drop, s)
+		}
+	}
+	b.running = pd.servers
+	b.mu.Unlock()
+	if len(drop) == 0 {
+		return
+	}
+	b.retired.Add(1)
+	go func() {
+		defer b.retired.Done()
+		time.Sleep(b.Grace) // requests that started on the old topology finish meanwhile
+		closeAll(drop)
+	}()
+}
+
+// Abort closes the servers pd created; the running topology is untouched.
+func (pd *Pending) Abort() {
+	closeAll(pd.created)
+	pd.created = nil
+}
+
+// Close closes every server, waiting for retired ones, or until ctx ends.
+func (b *Builder) Close(ctx context.Context) error {
+	b.mu.Lock()
+	var all []pool.Server
+	for _, s := range b.running {
+		all = append(all, s)
+	}
+	b.running = nil
+	b.mu.Unlock()
+	closeAll(all)
+	done := make(chan struct{})
+	go func() { b.retired.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func closeAll(servers []pool.Server) {
+	for _, s := range servers {
+		if c, ok := s.(interface{ Close() error }); ok {
+			_ = c.Close()
+		}
+	}
+}
+
+func (b *Builder) logger() *slog.Logger {
+	if b.Logger != nil {
+		return b.Logger
+	}
+	return slog.Default()
+}
+
+// unconnected stands in for a remote server when only the topology's shape is wanted.
+type unconnected struct{}
+
+func (unconnected) Do(context.Context, *protocol.Request, []protocol.Response) error {
+	return errors.New("not connected: topology built for --check")
+}
+
+// ServerName is a server's ring identity: its configured name, else its address in
+// libmemcached's form.
+func ServerName(s config.Server) string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return ketama.ServerName(s.Addr)
+}
+
+// Limits are the protocol limits cfg sets.
+func Limits(cfg *config.Config) protocol.Limits {
+	lim := protocol.DefaultLimits
+	lim.MaxKeyBytes = cfg.Limits.MaxKeyBytes
+	lim.MaxValueBytes = cfg.Limits.MaxValueBytes
+	lim.MaxMultigetKeys = cfg.Limits.MaxMultigetKeys
+	return lim
+}

@@ -24,6 +24,7 @@ import (
 
 	"moxi/internal/config"
 	"moxi/internal/frontend"
+	"moxi/internal/migrate"
 	"moxi/internal/proxy"
 	"moxi/internal/topology"
 )
@@ -202,6 +203,7 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 	})
 	front.Handler = px
 	rl := newReloader(o, cfg, builder, px, logger, reg)
+	reg.MustRegister(topology.NewMigrationCollector(builder))
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -291,7 +293,7 @@ func adminHandler(reg *prometheus.Registry, px *proxy.Proxy, rl *reloader, withP
 		writeJSON(w, px.Servers())
 	})
 	mux.HandleFunc("GET /migrations", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, px.Migrations())
+		writeJSON(w, migrationsJSON(rl.builder.Migrations()))
 	})
 	mux.HandleFunc("POST /reload", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -327,4 +329,32 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// migration is one entry of GET /migrations.
+type migration struct {
+	Pool       string `json:"pool"`
+	Name       string `json:"name"`
+	From       string `json:"from"`
+	To         string `json:"to"`
+	Phase      string `json:"phase"`
+	KeysCopied int64  `json:"keys_copied"`
+	KeysTotal  int64  `json:"keys_total"`
+	Started    string `json:"started"`
+	Finished   string `json:"finished"`
+	Error      string `json:"error"`
+}
+
+func migrationsJSON(sts []migrate.Status) []migration {
+	out := make([]migration, 0, len(sts))
+	stamp := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	for _, st := range sts {
+		out = append(out, migration{st.Pool, st.Name, st.From, st.To, st.Phase, st.KeysCopied, st.KeysTotal, stamp(st.Started), stamp(st.Finished), st.Err})
+	}
+	return out
 }

@@ -13,7 +13,7 @@ type ServerState struct {
 	Name        string `json:"name"`
 	Addr        string `json:"addr"`
 	Weight      int    `json:"weight"`
-	State       string `json:"state"` // "up" or "dead"
+	State       string `json:"state"` // "up", "dead" or "migrating"
 	Connections int    `json:"connections"`
 	InFlight    int64  `json:"in_flight"`
 }
@@ -32,6 +32,9 @@ func (p *Proxy) Servers() []ServerState {
 			st := ServerState{Pool: pl.Name(), Name: m.Name, Addr: m.Addr, Weight: m.Weight, State: "up"}
 			if !m.Up() {
 				st.State = "dead"
+			}
+			if mg, ok := m.Server.(interface{ Phase() string }); ok && mg.Phase() == "copying" {
+				st.State = "migrating"
 			}
 			if c, ok := m.Server.(counted); ok {
 				n := c.Counters()
@@ -91,24 +94,4 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-}
-
-// MigrationState is one live migration, as GET /migrations shows it.
-type MigrationState struct {
-	Pool       string `json:"pool"`
-	Name       string `json:"name"`
-	From       string `json:"from"`
-	To         string `json:"to"`
-	Phase      string `json:"phase"` // copying, done or failed
-	KeysCopied int64  `json:"keys_copied"`
-	KeysTotal  int64  `json:"keys_total"`
-	Started    string `json:"started"`
-	Finished   string `json:"finished"`
-	Error      string `json:"error"`
-}
-
-// Migrations lists the servers being migrated. moxi has no migrations yet, so the list is
-// always empty: the endpoint exists for the scripts that poll it.
-func (p *Proxy) Migrations() []MigrationState {
-	return []MigrationState{}
 }

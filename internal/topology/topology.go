@@ -8,14 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"moxi/internal/backend"
 	"moxi/internal/config"
 	"moxi/internal/hotcache"
 	"moxi/internal/ketama"
 	"moxi/internal/memstore"
+	"moxi/internal/migrate"
 	"moxi/internal/pool"
 	"moxi/internal/protocol"
 	"moxi/internal/proxy"
@@ -31,9 +36,16 @@ type Builder struct {
 	// started on the old topology can finish on it.
 	Grace time.Duration
 
-	mu      sync.Mutex
-	running map[serverKey]pool.Server // the servers of the committed topology
-	retired sync.WaitGroup            // servers closing after their grace
+	mu         sync.Mutex
+	running    map[serverKey]pool.Server           // the servers of the committed topology
+	migrations map[migrationKey]*migrate.Migration // its migrations
+	retired    sync.WaitGroup                      // servers closing after their grace
+}
+
+// migrationKey identifies a migration: the same slot moving between the same servers.
+type migrationKey struct {
+	pool, name, from, to string
+	server               pool.Server // the new server itself: new settings mean a new server, and a new copy
 }
 
 // serverKey is a server's identity: two configs that give the same key share the server.
@@ -53,17 +65,18 @@ type serverKey struct {
 // Pending is a topology built but not yet in service: Commit after installing it, or
 // Abort to close the servers it created.
 type Pending struct {
-	Topology *proxy.Topology
-	b        *Builder
-	servers  map[serverKey]pool.Server
-	created  []pool.Server
+	Topology   *proxy.Topology
+	b          *Builder
+	servers    map[serverKey]pool.Server
+	created    []pool.Server
+	migrations map[migrationKey]*migrate.Migration
 }
 
 // Build builds the pools, servers and routes that cfg describes.
 func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	pd := &Pending{Topology: &proxy.Topology{}, b: b, servers: make(map[serverKey]pool.Server)}
+	pd := &Pending{Topology: &proxy.Topology{}, b: b, servers: make(map[serverKey]pool.Server), migrations: make(map[migrationKey]*migrate.Migration)}
 	t := pd.Topology
 	byName := make(map[string]*pool.Pool, len(cfg.Pools))
 	for _, pc := range cfg.Pools {
@@ -153,8 +166,27 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 				Logger:         b.logger().With("pool", pc.Name, "server", m.Name),
 			})
 		})
+		if sc.MigrateFrom != "" && b.Dial {
+			m.Server = b.migration(pd, migrationKey{pc.Name, m.Name, sc.MigrateFrom, sc.Addr, m.Server}, func() *migrate.Migration {
+				return migrate.New(migrate.Options{
+					Pool: pc.Name, Name: m.Name, From: sc.MigrateFrom, To: sc.Addr,
+					New: m.Server, Rate: pc.MigrateRate, Timeout: pc.Timeout + pc.ConnectTimeout,
+					MaxValue: lim.MaxValueBytes, Logger: b.logger(),
+				})
+			})
+		}
 	}
 	return members
+}
+
+// migration returns the running migration with key, or a new one (started on Commit).
+func (b *Builder) migration(pd *Pending, key migrationKey, create func() *migrate.Migration) *migrate.Migration {
+	m, ok := b.migrations[key]
+	if !ok {
+		m = create()
+	}
+	pd.migrations[key] = m
+	return m
 }
 
 // server returns the running server with key, or a new one.
@@ -182,7 +214,18 @@ func (pd *Pending) Commit() {
 			drop = append(drop, s)
 		}
 	}
-	b.running = pd.servers
+	for k, m := range b.migrations {
+		if _, kept := pd.migrations[k]; !kept {
+			m.StopCopy() // reverted or finished with: no more copying; closed after the grace
+			drop = append(drop, m)
+		}
+	}
+	for k, m := range pd.migrations {
+		if _, running := b.migrations[k]; !running {
+			m.Start()
+		}
+	}
+	b.running, b.migrations = pd.servers, pd.migrations
 	b.mu.Unlock()
 	if len(drop) == 0 {
 		return
@@ -205,10 +248,13 @@ func (pd *Pending) Abort() {
 func (b *Builder) Close(ctx context.Context) error {
 	b.mu.Lock()
 	var all []pool.Server
+	for _, m := range b.migrations {
+		all = append(all, m)
+	}
 	for _, s := range b.running {
 		all = append(all, s)
 	}
-	b.running = nil
+	b.running, b.migrations = nil, nil
 	b.mu.Unlock()
 	closeAll(all)
 	done := make(chan struct{})
@@ -259,4 +305,47 @@ func Limits(cfg *config.Config) protocol.Limits {
 	lim.MaxValueBytes = cfg.Limits.MaxValueBytes
 	lim.MaxMultigetKeys = cfg.Limits.MaxMultigetKeys
 	return lim
+}
+
+// Migrations reports the running topology's migrations.
+func (b *Builder) Migrations() []migrate.Status {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]migrate.Status, 0, len(b.migrations))
+	for _, m := range b.migrations {
+		out = append(out, m.Status())
+	}
+	slices.SortFunc(out, func(a, b migrate.Status) int { return strings.Compare(a.Pool+"/"+a.Name, b.Pool+"/"+b.Name) })
+	return out
+}
+
+// MigrationCollector exports the progress of the migrations being copied.
+type MigrationCollector struct {
+	B             *Builder
+	copied, total *prometheus.Desc
+}
+
+// NewMigrationCollector returns the collector of b's migrations.
+func NewMigrationCollector(b *Builder) *MigrationCollector {
+	labels := []string{"pool", "server"}
+	return &MigrationCollector{
+		B:      b,
+		copied: prometheus.NewDesc("moxi_migration_keys_copied", "Keys copied to the new server of a slot being migrated (only while copying).", labels, nil),
+		total:  prometheus.NewDesc("moxi_migration_keys_total", "Keys listed on the old server of a slot being migrated (only while copying).", labels, nil),
+	}
+}
+
+func (c *MigrationCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.copied
+	ch <- c.total
+}
+
+func (c *MigrationCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.B.Migrations() {
+		if st.Phase != migrate.Copying {
+			continue // gone once done, so that "no progress" alerts see only live copies
+		}
+		ch <- prometheus.MustNewConstMetric(c.copied, prometheus.GaugeValue, float64(st.KeysCopied), st.Pool, st.Name)
+		ch <- prometheus.MustNewConstMetric(c.total, prometheus.GaugeValue, float64(st.KeysTotal), st.Pool, st.Name)
+	}
 }

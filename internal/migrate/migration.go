@@ -1,0 +1,346 @@
+// Package migrate moves one ring slot's data from an old memcached to a new one while
+// clients keep working: writes go to the new server (and delete the key on the old one),
+// reads that miss on the new server are answered from the old one and copied over, and a
+// background copier moves everything else.
+package migrate
+
+import (
+	"context"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"moxi/internal/protocol"
+)
+
+// Server is the new server: a pool server (the backend, or an embedded store).
+type Server interface {
+	Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error
+}
+
+// Options describe one migration.
+type Options struct {
+	Pool, Name string        // the slot
+	From, To   string        // the old server's address, the new one's
+	New        Server        // the new server
+	Rate       int           // keys per second the background copy may move; 0 = no limit
+	Timeout    time.Duration // per request to the old server; default 1s
+	MaxValue   int           // largest value read from the old server; default 1 MiB
+	Logger     *slog.Logger
+}
+
+// Phases of a migration.
+const (
+	Copying = "copying"
+	Done    = "done"
+	Failed  = "failed"
+)
+
+// Status is a migration's progress.
+type Status struct {
+	Pool, Name, From, To string
+	Phase                string
+	KeysCopied           int64 // copied by the background copy or by reads
+	KeysTotal            int64 // listed on the old server so far
+	Started, Finished    time.Time
+	Err                  string
+}
+
+// Migration is one slot being moved. It is the slot's server while it lasts (it implements
+// Do), and safe for concurrent use.
+//
+// The interleavings it guards against, for one key k: a copy (background or read-through)
+// reads v1 from the old server, then a client's write of v2 or delete of k is acknowledged,
+// then the copy adds v1 to the new server — reverting the write or resurrecting the delete.
+// So a write of k and a copy of k hold k's stripe lock, every write marks k touched, and a
+// copy of a touched key is not made: once a client wrote k through moxi, only the client's
+// writes decide its value.
+type Migration struct {
+	opts Options
+	old  *oldServer
+
+	phase    atomic.Pointer[string]
+	copied   atomic.Int64
+	total    atomic.Int64
+	mu       sync.Mutex // started, finished, err
+	started  time.Time
+	finished time.Time
+	err      error
+
+	stripes   [1024]sync.Mutex
+	touchedMu sync.Mutex
+	touched   map[string]struct{} // keys written through moxi since the migration began
+
+	stop    context.CancelFunc
+	stopped chan struct{} // closed when the copier has exited
+}
+
+// New prepares a migration; Start begins the background copy.
+func New(opts Options) *Migration {
+	if opts.Timeout <= 0 {
+		opts.Timeout = time.Second
+	}
+	if opts.MaxValue <= 0 {
+		opts.MaxValue = 1 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	m := &Migration{opts: opts, old: newOldServer(opts.From, 4, opts.Timeout, opts.MaxValue), touched: make(map[string]struct{})}
+	phase := Copying
+	m.phase.Store(&phase)
+	return m
+}
+
+// Start begins the background copy; Stop ends it.
+func (m *Migration) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	m.stop, m.stopped = cancel, make(chan struct{})
+	m.mu.Lock()
+	m.started = time.Now()
+	m.mu.Unlock()
+	m.opts.Logger.Info("migration started", "pool", m.opts.Pool, "server", m.opts.Name, "from", m.opts.From, "to", m.opts.To, "rate", m.opts.Rate)
+	go func() {
+		defer close(m.stopped)
+		m.run(ctx)
+	}()
+}
+
+// StopCopy ends the background copy (a reload took the migration out, or shutdown). The
+// migration still answers requests, for those in flight on the old topology.
+func (m *Migration) StopCopy() {
+	if m.stop != nil {
+		m.stop()
+		<-m.stopped
+	}
+}
+
+// Close closes the connections to the old server, once no request uses the migration.
+func (m *Migration) Close() error {
+	m.StopCopy()
+	m.old.close()
+	return nil
+}
+
+// Phase is copying, done or failed.
+func (m *Migration) Phase() string { return *m.phase.Load() }
+
+// Status reports the migration's progress.
+func (m *Migration) Status() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := Status{
+		Pool: m.opts.Pool, Name: m.opts.Name, From: m.opts.From, To: m.opts.To,
+		Phase: m.Phase(), KeysCopied: m.copied.Load(), KeysTotal: m.total.Load(),
+		Started: m.started, Finished: m.finished,
+	}
+	if m.err != nil {
+		st.Err = m.err.Error()
+	}
+	return st
+}
+
+func (m *Migration) finish(phase string, err error) {
+	m.mu.Lock()
+	m.finished, m.err = time.Now(), err
+	m.mu.Unlock()
+	m.phase.Store(&phase)
+	args := []any{"pool", m.opts.Pool, "server", m.opts.Name, "from", m.opts.From, "to", m.opts.To,
+		"keys_copied", m.copied.Load(), "keys_listed", m.total.Load(), "took", time.Since(m.started).Round(time.Millisecond)}
+	if err != nil {
+		m.opts.Logger.Error("migration failed", append(args, "err", err.Error())...)
+		return
+	}
+	m.opts.Logger.Info("migration done", args...)
+	m.touchedMu.Lock()
+	m.touched = nil // only needed while copying
+	m.touchedMu.Unlock()
+}
+
+// Do answers a request for the slot. Once the copy is done the new server alone answers.
+func (m *Migration) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+	if m.Phase() == Done {
+		return m.opts.New.Do(ctx, req, resps)
+	}
+	switch {
+	case req.Op == protocol.OpGet || req.Op == protocol.OpGets:
+		return m.read(ctx, req, resps)
+	case req.Op.IsStorage(), req.Op == protocol.OpDelete, req.Op == protocol.OpIncr, req.Op == protocol.OpDecr,
+		req.Op == protocol.OpTouch:
+		return m.write(ctx, req, resps)
+	case req.Op == protocol.OpGat || req.Op == protocol.OpGats:
+		for _, k := range req.Keys { // a touch: the old copy's TTL would be wrong now
+			m.markTouched(k)
+		}
+		return m.opts.New.Do(ctx, req, resps)
+	case req.Op == protocol.OpFlushAll:
+		err := m.opts.New.Do(ctx, req, resps)
+		if err == nil {
+			var old [1]protocol.Response
+			_ = m.old.with(ctx, m.opts.Timeout, func(c *textConn) error { return flushOld(c, req.Exptime, &old[0]) })
+		}
+		return err
+	default:
+		return m.opts.New.Do(ctx, req, resps)
+	}
+}
+
+// write sends a write to the new server and deletes the key on the old one, under the
+// key's stripe lock, so that no copy of the old value can land after it.
+func (m *Migration) write(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+	mu := m.stripe(req.Key)
+	mu.Lock()
+	defer mu.Unlock()
+	m.markTouched(req.Key)
+	if err := m.opts.New.Do(ctx, req, resps); err != nil {
+		return err
+	}
+	if err := m.old.delete(ctx, req.Key); err != nil {
+		// The write stands on the new server, and no read consults the old one for a
+		// touched key, so answering is safe; the old server keeps a stale copy, which
+		// matters only if the migration is reverted.
+		m.opts.Logger.Warn("migration: delete on the old server failed", "server", m.opts.Name, "from", m.opts.From, "err", err)
+	}
+	return nil
+}
+
+// read answers from the new server, and keys it misses from the old one, copying each hit
+// over with add (it never overwrites a newer value) and its remaining TTL.
+func (m *Migration) read(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+	if err := m.opts.New.Do(ctx, req, resps); err != nil {
+		return err
+	}
+	var missed [][]byte
+	var at []int
+	for i := range resps {
+		if resps[i].Status == protocol.StatusNotFound {
+			missed, at = append(missed, req.Keys[i]), append(at, i)
+		}
+	}
+	if len(missed) == 0 {
+		return nil
+	}
+	copied, err := m.copyKeys(ctx, missed)
+	if err != nil {
+		return nil // the old server failed us: the misses stand, which is a correct answer
+	}
+	for j, it := range copied {
+		if it.Found {
+			resps[at[j]] = protocol.Response{Key: req.Keys[at[j]], Value: it.Value, Flags: it.Flags}
+		}
+	}
+	return nil
+}
+
+// copyKeys copies keys from the old server to the new one, skipping any a client has
+// written, and returns what it found (Found false for touched or missing keys).
+func (m *Migration) copyKeys(ctx context.Context, keys [][]byte) ([]Item, error) {
+	locks := m.lockStripes(keys)
+	defer unlockAll(locks)
+	var ask [][]byte
+	var at []int
+	for i, k := range keys {
+		if !m.isTouched(k) {
+			ask, at = append(ask, k), append(at, i)
+		}
+	}
+	out := make([]Item, len(keys))
+	if len(ask) == 0 {
+		return out, nil
+	}
+	items, err := m.old.get(ctx, ask)
+	if err != nil {
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	var firstErr atomic.Pointer[error]
+	for j, it := range items {
+		if !it.Found {
+			continue
+		}
+		out[at[j]] = it
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			add := protocol.Request{Op: protocol.OpAdd, Key: ask[j], Value: it.Value, Flags: it.Flags, Exptime: exptime(it.TTL)}
+			var resp [1]protocol.Response
+			if err := m.opts.New.Do(ctx, &add, resp[:]); err != nil {
+				firstErr.CompareAndSwap(nil, &err)
+				return
+			}
+			if resp[0].Status == protocol.StatusOK {
+				m.copied.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if e := firstErr.Load(); e != nil {
+		return out, *e
+	}
+	return out, nil
+}
+
+// exptime is the expiry to store for a TTL read from the old server: memcached reads
+// values over 30 days as absolute times.
+func exptime(ttl int64) int64 {
+	switch {
+	case ttl < 0:
+		return 0
+	case ttl == 0:
+		return -1 // expires this second
+	case ttl > 30*24*3600:
+		return time.Now().Unix() + ttl
+	}
+	return ttl
+}
+
+func (m *Migration) markTouched(k []byte) {
+	m.touchedMu.Lock()
+	if m.touched != nil {
+		m.touched[string(k)] = struct{}{}
+	}
+	m.touchedMu.Unlock()
+}
+
+func (m *Migration) isTouched(k []byte) bool {
+	m.touchedMu.Lock()
+	defer m.touchedMu.Unlock()
+	_, ok := m.touched[string(k)]
+	return ok
+}
+
+func (m *Migration) stripe(k []byte) *sync.Mutex {
+	return &m.stripes[stripeOf(k)]
+}
+
+func stripeOf(k []byte) int {
+	h := fnv.New32a()
+	h.Write(k)
+	return int(h.Sum32() % 1024)
+}
+
+// lockStripes locks the stripes of keys in ascending order, so that two callers locking
+// overlapping sets cannot deadlock.
+func (m *Migration) lockStripes(keys [][]byte) []*sync.Mutex {
+	idx := make([]int, 0, len(keys))
+	for _, k := range keys {
+		idx = append(idx, stripeOf(k))
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	locks := make([]*sync.Mutex, len(idx))
+	for i, s := range idx {
+		locks[i] = &m.stripes[s]
+		locks[i].Lock()
+	}
+	return locks
+}
+
+func unlockAll(locks []*sync.Mutex) {
+	for _, l := range locks {
+		l.Unlock()
+	}
+}

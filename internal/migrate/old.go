@@ -1,0 +1,167 @@
+package migrate
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"moxi/internal/protocol"
+)
+
+// oldServer talks to the server being migrated from over a few text connections.
+type oldServer struct {
+	addr     string
+	timeout  time.Duration
+	maxValue int
+	conns    chan *textConn // idle connections; nil entries are slots not dialed yet
+}
+
+type textConn struct {
+	nc net.Conn
+	r  *bufio.Reader
+}
+
+func newOldServer(addr string, conns int, timeout time.Duration, maxValue int) *oldServer {
+	o := &oldServer{addr: addr, timeout: timeout, maxValue: maxValue, conns: make(chan *textConn, conns)}
+	for range conns {
+		o.conns <- nil
+	}
+	return o
+}
+
+// with runs fn on an idle connection (dialing it if needed), with a deadline. A connection
+// that fn fails on is closed: like gomemcache, only a connection known to be clean goes back.
+func (o *oldServer) with(ctx context.Context, deadline time.Duration, fn func(c *textConn) error) error {
+	var c *textConn
+	select {
+	case c = <-o.conns:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if c == nil {
+		d := net.Dialer{Timeout: o.timeout}
+		nc, err := d.DialContext(ctx, "tcp", o.addr)
+		if err != nil {
+			o.conns <- nil
+			return fmt.Errorf("dial %s: %w", o.addr, err)
+		}
+		c = &textConn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	}
+	_ = c.nc.SetDeadline(time.Now().Add(deadline))
+	if err := fn(c); err != nil {
+		c.nc.Close()
+		o.conns <- nil
+		return fmt.Errorf("%s: %w", o.addr, err)
+	}
+	o.conns <- c
+	return nil
+}
+
+// get reads keys, pipelined: one round trip for the batch.
+func (o *oldServer) get(ctx context.Context, keys [][]byte) ([]Item, error) {
+	items := make([]Item, len(keys))
+	err := o.with(ctx, o.timeout+time.Duration(len(keys))*time.Millisecond, func(c *textConn) error {
+		var buf []byte
+		for _, k := range keys {
+			buf = appendMetaGet(buf, k)
+		}
+		if _, err := c.nc.Write(buf); err != nil {
+			return err
+		}
+		for i := range keys {
+			it, err := readMetaGet(c.r, o.maxValue)
+			if err != nil {
+				return err
+			}
+			items[i] = it
+		}
+		return nil
+	})
+	return items, err
+}
+
+// delete deletes key; a missing key is no error.
+func (o *oldServer) delete(ctx context.Context, key []byte) error {
+	return o.with(ctx, o.timeout, func(c *textConn) error {
+		if _, err := c.nc.Write(appendMetaDelete(nil, key)); err != nil {
+			return err
+		}
+		return readMetaDelete(c.r)
+	})
+}
+
+// dump lists the server's items with "lru_crawler metadump all" on a connection of its
+// own: the crawler streams, and nothing else may share the connection meanwhile.
+func (o *oldServer) dump(ctx context.Context, each func(DumpEntry) error) error {
+	d := net.Dialer{Timeout: o.timeout}
+	nc, err := d.DialContext(ctx, "tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", o.addr, err)
+	}
+	defer nc.Close()
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	if _, err := nc.Write([]byte("lru_crawler metadump all\r\n")); err != nil {
+		return err
+	}
+	r := bufio.NewReaderSize(nc, 64<<10)
+	for {
+		// The crawler may pause between batches; a long silence means it is stuck.
+		_ = nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		line, err := readLine(r)
+		if err != nil {
+			return fmt.Errorf("metadump from %s: %w", o.addr, err)
+		}
+		switch {
+		case string(line) == "END":
+			return nil
+		case bytes.HasPrefix(line, []byte("ERROR")), bytes.HasPrefix(line, []byte("BUSY")), bytes.HasPrefix(line, []byte("CLIENT_ERROR")):
+			return fmt.Errorf("metadump from %s: %s", o.addr, line)
+		}
+		if e, ok := ParseMetadumpLine(line); ok {
+			if err := each(e); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// close closes the idle connections; one in use is closed when it comes back failing, or
+// by the garbage collector.
+func (o *oldServer) close() {
+	for range cap(o.conns) {
+		select {
+		case c := <-o.conns:
+			if c != nil {
+				c.nc.Close()
+			}
+			defer func() { o.conns <- nil }() // a late user may still dial
+		default:
+		}
+	}
+}
+
+// flushOld sends flush_all (with its delay) to the old server, so that a flush during the
+// migration empties both sides.
+func flushOld(c *textConn, delay int64, resp *protocol.Response) error {
+	cmd := "flush_all\r\n"
+	if delay > 0 {
+		cmd = "flush_all " + strconv.FormatInt(delay, 10) + "\r\n"
+	}
+	if _, err := c.nc.Write([]byte(cmd)); err != nil {
+		return err
+	}
+	line, err := readLine(c.r)
+	if err != nil {
+		return err
+	}
+	if string(line) != "OK" {
+		resp.Status = protocol.StatusTempFailure
+		return fmt.Errorf("%w: flush_all answered %q", errMeta, line)
+	}
+	return nil
+}

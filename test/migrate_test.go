@@ -1,0 +1,310 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"moxi/internal/memcachedtest"
+)
+
+type migrationJSON struct {
+	Pool, Name, From, To, Phase string
+	KeysCopied                  int64 `json:"keys_copied"`
+	KeysTotal                   int64 `json:"keys_total"`
+	Error                       string
+}
+
+func migrations(t testing.TB, admin string) []migrationJSON {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []migrationJSON
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// migrationConfig is pool main over s0, s1, s2, with s1 served by to and, when from is
+// given, migrating from it.
+func migrationConfig(s0, s1, s2, from string, rate int) string {
+	s1entry := fmt.Sprintf("{name: s1, addr: %q}", s1)
+	if from != "" {
+		s1entry = fmt.Sprintf("{name: s1, addr: %q, migrate_from: %q}", s1, from)
+	}
+	return fmt.Sprintf(`watch_config: false
+pools:
+  main:
+    timeout: 2s
+    migrate_rate: %d
+    servers:
+      - {name: s0, addr: %q}
+      - %s
+      - {name: s2, addr: %q}
+`, rate, s0, s1entry, s2)
+}
+
+// keyModel is what the clients were told: each key's latest acknowledged version, or
+// deleted. Values are "v<version>:<key>".
+type keyModel struct {
+	mu      sync.Mutex
+	version map[string]int
+	deleted map[string]bool
+}
+
+func (m *keyModel) get(k string) (int, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.version[k], m.deleted[k]
+}
+
+func versionOf(v string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(strings.SplitN(v, ":", 2)[0], "v"))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// TestLiveMigration moves one of three servers to a new machine by a config change while a
+// writer updates 500 of its keys and deletes 200 others and a reader checks every answer.
+func TestLiveMigration(t *testing.T) {
+	mcs := cluster(t, 3)
+	fresh := memcachedtest.Start(t)
+	path := writeConfig(t, migrationConfig(mcs[0].Addr, mcs[1].Addr, mcs[2].Addr, "", 0))
+	admin := freeAddr(t)
+	moxi := startMoxi(t, "--config", path, "--admin", admin)
+	owner := owners(3)
+
+	c, err := dialText(moxi.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	model := &keyModel{version: map[string]int{}, deleted: map[string]bool{}}
+	var moved []string // keys of s1
+	for i := range 10000 {
+		k := "m:" + strconv.Itoa(i)
+		if ans, err := c.set(k, "v0:"+k); err != nil || ans != "STORED" {
+			t.Fatalf("set %s: %q %v", k, ans, err)
+		}
+		model.version[k] = 0
+		if owner(k) == 1 {
+			moved = append(moved, k)
+		}
+	}
+	untouched := func(addr string) string {
+		st := memcachedtest.Stats(t, addr)
+		return st["cmd_set"] + "/" + st["delete_hits"] + "/" + st["delete_misses"] + "/" + st["curr_items"]
+	}
+	others := []string{untouched(mcs[0].Addr), untouched(mcs[2].Addr)}
+
+	// Migrate s1 to the fresh server, slowly enough that clients work during the copy.
+	if err := os.WriteFile(path, []byte(migrationConfig(mcs[0].Addr, fresh.Addr, mcs[2].Addr, mcs[1].Addr, 2000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := postReload(t, admin); code != http.StatusOK {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+
+	updates, deletes := moved[:500], moved[500:700]
+	var stale, resurrected, reads, misses int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(2)
+	go func() { // writer
+		defer wg.Done()
+		w, err := dialText(moxi.addr)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer w.Close()
+		for i := range 700 {
+			if i < 500 {
+				k := updates[i]
+				v, _ := model.get(k)
+				if ans, err := w.set(k, fmt.Sprintf("v%d:%s", v+1, k)); err != nil || ans != "STORED" {
+					t.Errorf("update %s: %q %v", k, ans, err)
+					return
+				}
+				model.mu.Lock()
+				model.version[k] = v + 1
+				model.mu.Unlock()
+			} else {
+				k := deletes[i-500]
+				if ans, err := w.call("delete " + k + "\r\n"); err != nil || ans != "DELETED" {
+					t.Errorf("delete %s: %q %v", k, ans, err)
+					return
+				}
+				model.mu.Lock()
+				model.deleted[k] = true
+				model.mu.Unlock()
+			}
+			time.Sleep(time.Millisecond) // spread the writes over the copy
+		}
+	}()
+	go func() { // reader
+		defer wg.Done()
+		r, err := dialText(moxi.addr)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer r.Close()
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := 0; i < 200000; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := moved[rng.IntN(700)]
+			before, gone := model.get(k)
+			v, err := r.get(k)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			reads++
+			switch {
+			case v == "":
+				misses++
+			case gone:
+				resurrected++
+			case versionOf(v) < before:
+				stale++
+			}
+			mu.Unlock()
+		}
+	}()
+
+	deadline := time.Now().Add(60 * time.Second)
+	var last migrationJSON
+	for {
+		ms := migrations(t, admin)
+		if len(ms) != 1 {
+			t.Fatalf("/migrations lists %d migrations: %+v", len(ms), ms)
+		}
+		last = ms[0]
+		if last.Phase != "copying" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("migration %s: %d keys copied of %d listed; reader: %d reads, %d misses, %d stale, %d deleted keys seen",
+		last.Phase, last.KeysCopied, last.KeysTotal, reads, misses, stale, resurrected)
+	if last.Phase != "done" {
+		t.Fatalf("migration ended %q: %s", last.Phase, last.Error)
+	}
+	if stale > 0 || resurrected > 0 {
+		t.Errorf("%d stale reads and %d reads of deleted keys during the migration", stale, resurrected)
+	}
+
+	// Then the old server goes away: every key is served from the new one, as acknowledged.
+	mcs[1].Stop()
+	lost, reverted, back := 0, 0, 0
+	for i := range 10000 {
+		k := "m:" + strconv.Itoa(i)
+		v, err := c.get(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, gone := model.get(k)
+		switch {
+		case gone && v != "":
+			back++
+		case !gone && v == "":
+			lost++
+		case !gone && versionOf(v) != want:
+			reverted++
+		}
+	}
+	t.Logf("after killing the old server: %d lost, %d reverted, %d deleted keys back", lost, reverted, back)
+	if lost+reverted+back > 0 {
+		t.Errorf("after the migration: %d keys lost, %d reverted, %d deleted keys back", lost, reverted, back)
+	}
+	if now := []string{untouched(mcs[0].Addr), untouched(mcs[2].Addr)}; now[0] != others[0] || now[1] != others[1] {
+		t.Errorf("the other servers were touched by the migration: %v -> %v", others, now)
+	}
+}
+
+// TestMigrationRevert: putting the old address back mid-copy stops the copy, and the keys
+// written during the migration are misses on the old server, never their old values.
+func TestMigrationRevert(t *testing.T) {
+	mcs := cluster(t, 3)
+	fresh := memcachedtest.Start(t)
+	before := migrationConfig(mcs[0].Addr, mcs[1].Addr, mcs[2].Addr, "", 0)
+	path := writeConfig(t, before)
+	admin := freeAddr(t)
+	moxi := startMoxi(t, "--config", path, "--admin", admin)
+	owner := owners(3)
+	c, err := dialText(moxi.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var moved []string
+	for i := 0; len(moved) < 2000; i++ {
+		k := "rv:" + strconv.Itoa(i)
+		if owner(k) != 1 {
+			continue
+		}
+		moved = append(moved, k)
+		if ans, err := c.set(k, "old"); err != nil || ans != "STORED" {
+			t.Fatalf("set %s: %q %v", k, ans, err)
+		}
+	}
+	if err := os.WriteFile(path, []byte(migrationConfig(mcs[0].Addr, fresh.Addr, mcs[2].Addr, mcs[1].Addr, 200)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := postReload(t, admin); code != http.StatusOK {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	written := moved[:100] // written through moxi during the migration: they live on the new server
+	for _, k := range written {
+		if ans, err := c.set(k, "new"); err != nil || ans != "STORED" {
+			t.Fatalf("set %s: %q %v", k, ans, err)
+		}
+	}
+	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := postReload(t, admin); code != http.StatusOK {
+		t.Fatalf("revert: %d %s", code, body)
+	}
+	if ms := migrations(t, admin); len(ms) != 0 {
+		t.Fatalf("after the revert /migrations still lists %+v", ms)
+	}
+	copied := memcachedtest.Stats(t, fresh.Addr)["curr_items"]
+	for _, k := range written {
+		if v, err := c.get(k); err != nil || v != "" {
+			t.Fatalf("%s, written during the migration, read %q %v after the revert; want a miss, never the old value", k, v, err)
+		}
+	}
+	for _, k := range moved[100:] {
+		if v, err := c.get(k); err != nil || v != "old" {
+			t.Fatalf("%s, untouched by clients, read %q %v after the revert", k, v, err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // a copy still running would add ~60 keys meanwhile
+	if now := memcachedtest.Stats(t, fresh.Addr)["curr_items"]; now != copied {
+		t.Errorf("the copy went on after the revert: new server items %s -> %s", copied, now)
+	}
+	t.Logf("reverted mid-copy with %s keys on the new server; writes made during the migration read as misses", copied)
+}

@@ -16,7 +16,7 @@ import (
 	"moxi/internal/memcachedtest"
 )
 
-func postReload(t *testing.T, admin string) (int, string) {
+func postReload(t testing.TB, admin string) (int, string) {
 	t.Helper()
 	resp, err := http.Post("http://"+admin+"/reload", "text/plain", nil)
 	if err != nil {

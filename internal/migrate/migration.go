@@ -75,7 +75,8 @@ type Migration struct {
 	touched   map[string]struct{} // keys written through moxi since the migration began
 
 	stop    context.CancelFunc
-	stopped chan struct{} // closed when the copier has exited
+	stopped chan struct{}  // closed when the copier has exited
+	adding  sync.WaitGroup // read-through copies made after their answer
 }
 
 // New prepares a migration; Start begins the background copy.
@@ -121,6 +122,7 @@ func (m *Migration) StopCopy() {
 // Close closes the connections to the old server, once no request uses the migration.
 func (m *Migration) Close() error {
 	m.StopCopy()
+	m.adding.Wait()
 	m.old.close()
 	return nil
 }
@@ -223,7 +225,7 @@ func (m *Migration) read(ctx context.Context, req *protocol.Request, resps []pro
 	if len(missed) == 0 {
 		return nil
 	}
-	copied, err := m.copyKeys(ctx, missed)
+	copied, err := m.copyKeys(ctx, missed, true)
 	if err != nil {
 		return nil // the old server failed us: the misses stand, which is a correct answer
 	}
@@ -236,10 +238,12 @@ func (m *Migration) read(ctx context.Context, req *protocol.Request, resps []pro
 }
 
 // copyKeys copies keys from the old server to the new one, skipping any a client has
-// written, and returns what it found (Found false for touched or missing keys).
-func (m *Migration) copyKeys(ctx context.Context, keys [][]byte) ([]Item, error) {
+// written, and returns what it found (Found false for touched or missing keys). With
+// later, the adds are made in the background, after the answer: a read-through then costs
+// the reader two round trips, not three. Either way an add happens under the key's stripe
+// lock and only if no client has written the key since, so it cannot land after a write.
+func (m *Migration) copyKeys(ctx context.Context, keys [][]byte, later bool) ([]Item, error) {
 	locks := m.lockStripes(keys)
-	defer unlockAll(locks)
 	var ask [][]byte
 	var at []int
 	for i, k := range keys {
@@ -249,23 +253,50 @@ func (m *Migration) copyKeys(ctx context.Context, keys [][]byte) ([]Item, error)
 	}
 	out := make([]Item, len(keys))
 	if len(ask) == 0 {
+		unlockAll(locks)
 		return out, nil
 	}
 	items, err := m.old.get(ctx, ask)
 	if err != nil {
+		unlockAll(locks)
 		return nil, err
 	}
+	for j, it := range items {
+		out[at[j]] = it
+	}
+	if !later {
+		defer unlockAll(locks)
+		return out, m.addAll(ctx, ask, items)
+	}
+	unlockAll(locks)
+	m.adding.Add(1)
+	go func() {
+		defer m.adding.Done()
+		locks := m.lockStripes(ask)
+		defer unlockAll(locks)
+		for j, k := range ask {
+			if m.isTouched(k) {
+				items[j].Found = false // written since we read it: the client's write decides
+			}
+		}
+		_ = m.addAll(context.Background(), ask, items)
+	}()
+	return out, nil
+}
+
+// addAll adds every found item to the new server, in parallel (the backend pipelines).
+// Its caller holds the keys' stripe locks.
+func (m *Migration) addAll(ctx context.Context, keys [][]byte, items []Item) error {
 	var wg sync.WaitGroup
 	var firstErr atomic.Pointer[error]
 	for j, it := range items {
 		if !it.Found {
 			continue
 		}
-		out[at[j]] = it
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			add := protocol.Request{Op: protocol.OpAdd, Key: ask[j], Value: it.Value, Flags: it.Flags, Exptime: exptime(it.TTL)}
+			add := protocol.Request{Op: protocol.OpAdd, Key: keys[j], Value: it.Value, Flags: it.Flags, Exptime: exptime(it.TTL)}
 			var resp [1]protocol.Response
 			if err := m.opts.New.Do(ctx, &add, resp[:]); err != nil {
 				firstErr.CompareAndSwap(nil, &err)
@@ -278,9 +309,9 @@ func (m *Migration) copyKeys(ctx context.Context, keys [][]byte) ([]Item, error)
 	}
 	wg.Wait()
 	if e := firstErr.Load(); e != nil {
-		return out, *e
+		return *e
 	}
-	return out, nil
+	return nil
 }
 
 // exptime is the expiry to store for a TTL read from the old server: memcached reads

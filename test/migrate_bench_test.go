@@ -1,0 +1,157 @@
+package test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"moxi/internal/memcachedtest"
+)
+
+// fill stores n keys prefix0… of size bytes straight into memcached, pipelined.
+func fill(b *testing.B, addr, prefix string, n, size int) {
+	b.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	value := strings.Repeat("x", size)
+	for start := 0; start < n; start += 500 {
+		var w strings.Builder
+		end := min(start+500, n)
+		for i := start; i < end; i++ {
+			fmt.Fprintf(&w, "set %s%d 0 0 %d noreply\r\n%s\r\n", prefix, i, size, value)
+		}
+		w.WriteString("mn\r\n")
+		if _, err := c.Write([]byte(w.String())); err != nil {
+			b.Fatal(err)
+		}
+		if line, err := r.ReadString('\n'); err != nil || line != "MN\r\n" {
+			b.Fatalf("fill: %q %v", line, err)
+		}
+	}
+}
+
+// waitMigrated polls /migrations until the one migration leaves "copying".
+func waitMigrated(b *testing.B, admin string, limit time.Duration) migrationJSON {
+	b.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ms := migrations(b, admin)
+		if len(ms) == 1 && ms[0].Phase != "copying" {
+			return ms[0]
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("migration not done within %v: %+v", limit, ms)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// BenchmarkMigrationCopy measures the background copy, unlimited, for small and large
+// values: keys/s and MB/s from moxi's start to phase done.
+func BenchmarkMigrationCopy(b *testing.B) {
+	for _, tc := range []struct {
+		name        string
+		keys, bytes int
+	}{{"100B", 50000, 100}, {"10KB", 5000, 10 << 10}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				old, fresh := memcachedtest.Start(b, "-m", "1024"), memcachedtest.Start(b, "-m", "1024")
+				fill(b, old.Addr, "c:", tc.keys, tc.bytes)
+				if items := memcachedtest.Stats(b, old.Addr)["curr_items"]; items != strconv.Itoa(tc.keys) {
+					b.Fatalf("filled %s of %d keys", items, tc.keys)
+				}
+				admin := freeAddr(b)
+				conf := fmt.Sprintf("pools:\n  main:\n    servers:\n      - {name: s0, addr: %q, migrate_from: %q}\n", fresh.Addr, old.Addr)
+				bin, path := fastMoxi(b), writeConfig(b, conf)
+				start := time.Now()
+				startMoxiBin(b, bin, "--config", path, "--admin", admin)
+				m := waitMigrated(b, admin, 2*time.Minute)
+				took := time.Since(start)
+				// The crawler may list a key twice; what counts is that every key arrived.
+				if items := memcachedtest.Stats(b, fresh.Addr)["curr_items"]; m.Phase != "done" || items != strconv.Itoa(tc.keys) {
+					b.Fatalf("migration %s (%s): the new server holds %s of %d keys (listed %d, copied %d)", m.Phase, m.Error, items, tc.keys, m.KeysTotal, m.KeysCopied)
+				}
+				b.ReportMetric(float64(tc.keys)/took.Seconds(), "keys/s")
+				b.ReportMetric(float64(tc.keys*tc.bytes)/took.Seconds()/1e6, "MB/s")
+			}
+		})
+	}
+}
+
+// BenchmarkMigrationLiveP99 measures the p99 of live gets through moxi before a migration
+// and while one copies at migrate_rate, and reports their ratio.
+func BenchmarkMigrationLiveP99(b *testing.B) {
+	for _, rate := range []int{5000, 20000} {
+		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) { migrationLiveP99(b, rate) })
+	}
+}
+
+func migrationLiveP99(b *testing.B, rate int) {
+	for b.Loop() {
+		other, old, fresh := memcachedtest.Start(b), memcachedtest.Start(b, "-m", "1024"), memcachedtest.Start(b, "-m", "1024")
+		fill(b, old.Addr, "p:", 100000, 100)
+		conf := func(s1 string) string {
+			return fmt.Sprintf("watch_config: false\npools:\n  main:\n    migrate_rate: %d\n    servers:\n      - {name: s0, addr: %q}\n      - %s\n", rate, other.Addr, s1)
+		}
+		path := writeConfig(b, conf(fmt.Sprintf("{name: s1, addr: %q}", old.Addr)))
+		admin := freeAddr(b)
+		moxi := startMoxiBin(b, fastMoxi(b), "--config", path, "--admin", admin)
+		measure := func(d time.Duration) time.Duration {
+			var mu sync.Mutex
+			var lat []time.Duration
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := dialText(moxi.addr)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					defer c.Close()
+					end := time.Now().Add(d)
+					for i := w; i < 1_000_000 && time.Now().Before(end); i += 8 {
+						start := time.Now()
+						if _, err := c.get("p:" + strconv.Itoa(i%100000)); err != nil {
+							b.Error(err)
+							return
+						}
+						mu.Lock()
+						lat = append(lat, time.Since(start))
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			slices.Sort(lat)
+			return lat[len(lat)*99/100]
+		}
+		before := measure(2 * time.Second)
+		if err := os.WriteFile(path, []byte(conf(fmt.Sprintf("{name: s1, addr: %q, migrate_from: %q}", fresh.Addr, old.Addr))), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		if code, body := postReload(b, admin); code != http.StatusOK {
+			b.Fatalf("reload: %d %s", code, body)
+		}
+		during := measure(2 * time.Second)
+		if ms := migrations(b, admin); len(ms) != 1 || ms[0].Phase != "copying" {
+			b.Fatalf("the copy did not last the measurement: %+v", ms)
+		}
+		b.ReportMetric(float64(before.Microseconds()), "p99-before-µs")
+		b.ReportMetric(float64(during.Microseconds()), "p99-copying-µs")
+		b.ReportMetric(float64(during)/float64(before), "p99-ratio")
+	}
+}

@@ -132,6 +132,18 @@ func TestConfigsDir(t *testing.T) {
 					!reflect.DeepEqual(withoutLines(c).Pools[0].Servers, want) {
 					t.Errorf("alpha pool = %+v", p)
 				}
+			case "resilience.yaml":
+				if p := c.Pool("main"); p == nil || !p.Failover || p.Backup != "spare" || p.Retries != 1 {
+					t.Errorf("main pool = %+v", p)
+				}
+			case "hot-keys.yaml":
+				if !c.Dedup || len(c.HotCache.Prefixes) != 2 || len(c.FireAndForget.Prefixes) != 1 {
+					t.Errorf("features = %v %+v %+v", c.Dedup, c.HotCache, c.FireAndForget)
+				}
+			case "live-migration.yaml":
+				if p := c.Pool("main"); p == nil || p.Servers[1].MigrateFrom != "127.0.0.1:11213" || p.MigrateRate != 5000 {
+					t.Errorf("main pool = %+v", p)
+				}
 			}
 		})
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"moxi/internal/memcachedtest"
 )
 
 // moxiBin is the moxi binary built once by TestMain, with the race detector.
@@ -61,15 +63,7 @@ func TestMain(m *testing.M) {
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t testing.TB) string { return memcachedtest.FreeAddr(t) }
 
 // requireBinary fails (never skips) when a tool the suite needs is missing: `make test`
 // installs them.
@@ -119,18 +113,10 @@ func start(t testing.TB, addr, name string, args ...string) *process {
 	}
 	p := &process{cmd: cmd, addr: addr, out: out}
 	t.Cleanup(func() { p.stop(t) })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return p
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not listen on %s: %v\n%s", name, addr, err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := memcachedtest.WaitListening(addr, 10*time.Second); err != nil {
+		t.Fatalf("%s on %s: %v\n%s", name, addr, err, out.String())
 	}
+	return p
 }
 
 // stop sends SIGTERM, waits up to 10 s, then kills.
@@ -175,16 +161,6 @@ func containsFlag(args []string, flag string) bool {
 		}
 	}
 	return false
-}
-
-// startMemcached runs a real memcached on a free loopback port.
-func startMemcached(t testing.TB, extra ...string) *process {
-	t.Helper()
-	bin := requireBinary(t, "memcached")
-	addr := freeAddr(t)
-	_, port, _ := net.SplitHostPort(addr)
-	args := append([]string{"-u", "nobody", "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "64"}, extra...)
-	return start(t, addr, bin, args...)
 }
 
 // roundTrip sends a raw request and reads lines until one of them equals last.

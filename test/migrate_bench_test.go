@@ -6,10 +6,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -109,35 +107,7 @@ func migrationLiveP99(b *testing.B, rate int) {
 		admin := freeAddr(b)
 		moxi := startMoxiBin(b, fastMoxi(b), "--config", path, "--admin", admin)
 		measure := func(d time.Duration) time.Duration {
-			var mu sync.Mutex
-			var lat []time.Duration
-			var wg sync.WaitGroup
-			for w := range 8 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					c, err := dialText(moxi.addr)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					defer c.Close()
-					end := time.Now().Add(d)
-					for i := w; i < 1_000_000 && time.Now().Before(end); i += 8 {
-						start := time.Now()
-						if _, err := c.get("p:" + strconv.Itoa(i%100000)); err != nil {
-							b.Error(err)
-							return
-						}
-						mu.Lock()
-						lat = append(lat, time.Since(start))
-						mu.Unlock()
-					}
-				}()
-			}
-			wg.Wait()
-			slices.Sort(lat)
-			return lat[len(lat)*99/100]
+			return p99(getLatencies(b, moxi.addr, d, func(i int) string { return "p:" + strconv.Itoa(i%100000) }))
 		}
 		before := measure(2 * time.Second)
 		if err := os.WriteFile(path, []byte(conf(fmt.Sprintf("{name: s1, addr: %q, migrate_from: %q}", fresh.Addr, old.Addr))), 0o644); err != nil {

@@ -1,7 +1,6 @@
 package test
 
 import (
-	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,37 +16,8 @@ func BenchmarkPausedServerP99(b *testing.B) {
 	moxi := startMoxi(b, "--config", writeConfig(b, resilientConfig(false, addrs(mcs)...)))
 	bad, good := keysOf(2, 3, 50)
 	measure := func(d time.Duration) []time.Duration {
-		var mu sync.Mutex
-		var lat []time.Duration
-		var wg sync.WaitGroup
-		for w := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c, err := dialText(moxi.addr)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				defer c.Close()
-				end := time.Now().Add(d)
-				for i := w; i < 1_000_000 && time.Now().Before(end); i++ {
-					start := time.Now()
-					if _, err := c.get(good[i%len(good)]); err != nil {
-						b.Error(err)
-						return
-					}
-					mu.Lock()
-					lat = append(lat, time.Since(start))
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		slices.Sort(lat)
-		return lat
+		return getLatencies(b, moxi.addr, d, func(i int) string { return good[i%len(good)] })
 	}
-	p99 := func(lat []time.Duration) time.Duration { return lat[len(lat)*99/100] }
 	// Clients of the third server's keys run in both phases at a steady 500 requests/s each,
 	// so that the only difference is the pause (during it they get SERVER_ERROR, at once
 	// once the server is marked dead; unpaced they would spin and load the machine).

@@ -428,4 +428,10 @@ func checkState(t *testing.T, admin, server, want string) {
 	if !strings.Contains(string(body), line) {
 		t.Errorf("/metrics lacks %s", line)
 	}
+	if want == "up" {
+		latency := fmt.Sprintf(`moxi_backend_request_duration_seconds_count{pool="main",server=%q}`, server)
+		if !strings.Contains(string(body), latency) {
+			t.Errorf("/metrics lacks %s", latency)
+		}
+	}
 }

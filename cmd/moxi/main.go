@@ -177,15 +177,21 @@ func check(cfg *config.Config, stdout, stderr io.Writer) int {
 // serve runs moxi until SIGINT or SIGTERM, then shuts down within shutdown_timeout.
 // SIGHUP, POST /reload and (with watch_config) a change of the file reload the config.
 func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
-	builder := &topology.Builder{Logger: logger, Dial: true, Grace: grace(cfg)}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "moxi_backend_request_duration_seconds",
+		Help:    "Time from sending a request to a memcached server to its answer, by server.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"pool", "server"})
+	reg.MustRegister(latency)
+
+	builder := &topology.Builder{Logger: logger, Dial: true, Grace: grace(cfg), Latency: latency}
 	pending, err := builder.Build(cfg)
 	if err != nil {
 		return err
 	}
 	pending.Commit()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	front := &frontend.Server{
 		Limits:         topology.Limits(cfg),

@@ -28,6 +28,8 @@ type Options struct {
 	MaxInFlight    int             // requests waiting for answers; past it a request waits up to Timeout for room; default 4096
 	Limits         protocol.Limits // bounds on answers; protocol.DefaultLimits when zero
 	Logger         *slog.Logger    // nil = slog.Default()
+	// Observe, when set, is given the seconds from send to answer of every answered request.
+	Observe func(seconds float64)
 }
 
 func (o *Options) setDefaults() {
@@ -132,6 +134,7 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 		return fmt.Errorf("%s: %w", s.opts.Addr, err)
 	}
 	defer s.release()
+	start := time.Now()
 	cl := s.getCall()
 	defer s.putCall(cl)
 	if req.Op.IsRetrieval() {
@@ -160,6 +163,9 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 		return fmt.Errorf("%s: %w", s.opts.Addr, err)
 	}
 	s.succeeded()
+	if s.opts.Observe != nil {
+		s.opts.Observe(time.Since(start).Seconds())
+	}
 	cl.answer(req, resps)
 	return nil
 }

@@ -35,6 +35,8 @@ type Builder struct {
 	// Grace is how long a server that a reload dropped stays open, so that requests that
 	// started on the old topology can finish on it.
 	Grace time.Duration
+	// Latency, when set, gets each remote server's answer times, labelled pool and server.
+	Latency *prometheus.HistogramVec
 
 	mu         sync.Mutex
 	running    map[serverKey]pool.Server           // the servers of the committed topology
@@ -164,6 +166,7 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 				RetryMax:       pc.DeadBackoffMax,
 				Limits:         lim,
 				Logger:         b.logger().With("pool", pc.Name, "server", m.Name),
+				Observe:        b.observer(pc.Name, m.Name),
 			})
 		})
 		if sc.MigrateFrom != "" && b.Dial {
@@ -177,6 +180,14 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 		}
 	}
 	return members
+}
+
+// observer is the latency histogram's series for one server, or nil.
+func (b *Builder) observer(pool, server string) func(float64) {
+	if b.Latency == nil {
+		return nil
+	}
+	return b.Latency.WithLabelValues(pool, server).Observe
 }
 
 // migration returns the running migration with key, or a new one (started on Commit).
@@ -212,6 +223,9 @@ func (pd *Pending) Commit() {
 	for k, s := range b.running {
 		if _, kept := pd.servers[k]; !kept {
 			drop = append(drop, s)
+			if b.Latency != nil && !pd.serves(k.pool, k.name) {
+				b.Latency.DeleteLabelValues(k.pool, k.name)
+			}
 		}
 	}
 	for k, m := range b.migrations {
@@ -236,6 +250,16 @@ func (pd *Pending) Commit() {
 		time.Sleep(b.Grace) // requests that started on the old topology finish meanwhile
 		closeAll(drop)
 	}()
+}
+
+// serves reports whether pd has a server named name in pool.
+func (pd *Pending) serves(pool, name string) bool {
+	for k := range pd.servers {
+		if k.pool == pool && k.name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Abort closes the servers pd created; the running topology is untouched.

@@ -28,10 +28,32 @@ func (p *Proxy) retrieve(ctx context.Context, t *Topology, req *protocol.Request
 		}
 	case t.Hot == nil && !t.Dedup:
 		p.fetch(ctx, t, req, out, nil)
+	case len(req.Keys) == 1:
+		p.retrieveOne(ctx, t, req, out)
 	default:
 		p.retrieveShared(ctx, t, req, out)
 	}
 	return resps
+}
+
+// retrieveOne is retrieveShared for the common single-key get, without its bookkeeping.
+func (p *Proxy) retrieveOne(ctx context.Context, t *Topology, req *protocol.Request, out []protocol.Response) {
+	k := req.Keys[0]
+	hit, hot, epoch := p.hotLookup(t, k, &out[0])
+	if hit {
+		return
+	}
+	var f *dedup.Flight[protocol.Response]
+	if t.Dedup {
+		var leader bool
+		if f, leader = p.flights.Start(k); !leader {
+			p.follow(ctx, f, k, &out[0])
+			p.metrics.coalesced.Inc()
+			return
+		}
+	}
+	p.fetch(ctx, t, req, out, nil)
+	p.publish(t, k, &out[0], hot, epoch, f)
 }
 
 // retrieveShared is retrieve with the hot cache and dedup. The request leads the fetch of
@@ -52,19 +74,11 @@ func (p *Proxy) retrieveShared(ctx context.Context, t *Topology, req *protocol.R
 	var leads []lead
 	var follows []follow
 	for i, k := range req.Keys {
-		hot := t.Hot.Hot(k)
-		if hot {
-			if e, ok := t.Hot.Get(k); ok {
-				out[i] = protocol.Response{Key: k, Value: e.Value, Flags: e.Flags, Cas: e.Cas}
-				p.metrics.hotHits.Inc()
-				continue
-			}
-			p.metrics.hotMisses.Inc()
+		hit, hot, epoch := p.hotLookup(t, k, &out[i])
+		if hit {
+			continue
 		}
-		l := lead{i: i, hot: hot}
-		if hot {
-			l.epoch = t.Hot.Epoch(k)
-		}
+		l := lead{i: i, hot: hot, epoch: epoch}
 		if t.Dedup {
 			f, leader := p.flights.Start(k)
 			if !leader {
@@ -75,7 +89,6 @@ func (p *Proxy) retrieveShared(ctx context.Context, t *Topology, req *protocol.R
 		}
 		leads = append(leads, l)
 	}
-
 	if len(leads) > 0 {
 		idx := make([]int, len(leads))
 		for j, l := range leads {
@@ -84,26 +97,49 @@ func (p *Proxy) retrieveShared(ctx context.Context, t *Topology, req *protocol.R
 		p.fetch(ctx, t, req, out, idx)
 	}
 	for _, l := range leads {
-		k, r := req.Keys[l.i], &out[l.i]
-		if l.hot && r.Status == protocol.StatusOK {
-			t.Hot.Add(k, hotcache.Entry{Value: r.Value, Flags: r.Flags, Cas: r.Cas}, l.epoch)
-		}
-		if l.flight != nil {
-			l.flight.Val = *r
-			l.flight.Val.Key = nil // the leader's key bytes belong to its connection
-			p.flights.Finish(k, l.flight)
-		}
+		p.publish(t, req.Keys[l.i], &out[l.i], l.hot, l.epoch, l.flight)
 	}
-
 	for _, f := range follows {
-		if err := f.flight.Wait(ctx); err != nil {
-			out[f.i] = protocol.Response{Status: protocol.StatusTempFailure, Msg: err.Error()}
-		} else {
-			out[f.i] = f.flight.Val
-		}
-		out[f.i].Key = req.Keys[f.i]
+		p.follow(ctx, f.flight, req.Keys[f.i], &out[f.i])
 	}
 	p.metrics.coalesced.Add(float64(len(follows)))
+}
+
+// hotLookup answers key from the hot cache into r (hit). For a hot key it missed, it
+// returns the epoch that publish needs to cache what the fetch brings.
+func (p *Proxy) hotLookup(t *Topology, k []byte, r *protocol.Response) (hit, hot bool, epoch uint64) {
+	if !t.Hot.Hot(k) {
+		return false, false, 0
+	}
+	if e, ok := t.Hot.Get(k); ok {
+		*r = protocol.Response{Key: k, Value: e.Value, Flags: e.Flags, Cas: e.Cas}
+		p.metrics.hotHits.Inc()
+		return true, true, 0
+	}
+	p.metrics.hotMisses.Inc()
+	return false, true, t.Hot.Epoch(k)
+}
+
+// publish caches a leader's answer for a hot key and hands it to the flight's followers.
+func (p *Proxy) publish(t *Topology, k []byte, r *protocol.Response, hot bool, epoch uint64, f *dedup.Flight[protocol.Response]) {
+	if hot && r.Status == protocol.StatusOK {
+		t.Hot.Add(k, hotcache.Entry{Value: r.Value, Flags: r.Flags, Cas: r.Cas}, epoch)
+	}
+	if f != nil {
+		f.Val = *r
+		f.Val.Key = nil // the leader's key bytes belong to its connection
+		p.flights.Finish(k, f)
+	}
+}
+
+// follow waits for another request's fetch of k and takes its answer.
+func (p *Proxy) follow(ctx context.Context, f *dedup.Flight[protocol.Response], k []byte, r *protocol.Response) {
+	if err := f.Wait(ctx); err != nil {
+		*r = protocol.Response{Status: protocol.StatusTempFailure, Msg: err.Error()}
+	} else {
+		*r = f.Val
+	}
+	r.Key = k
 }
 
 // fetch gets req.Keys[i] for every i in idx (every key when idx is nil) from the servers

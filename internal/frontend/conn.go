@@ -41,6 +41,11 @@ type conn struct {
 	bin     *protocol.BinaryReader
 	req     protocol.Request
 	resps   []protocol.Response
+
+	// Binary quiet gets read but not yet answered (see batchable).
+	batch        []protocol.Request
+	batchKeys    []byte   // their keys, back to back
+	batchKeyEnds [][2]int // each key's start and end in batchKeys
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -92,18 +97,28 @@ func (c *conn) serve() {
 func (c *conn) serveBusy() error {
 	for {
 		rejected := false
-		if err := c.readRequest(); err != nil {
-			var re *protocol.RequestError
-			if !errors.As(err, &re) {
+		err := c.readRequest()
+		if err == nil && c.batchable() {
+			c.addToBatch()
+			if c.buffered() > 0 && len(c.batch) < maxQuietBatch {
+				continue // more may follow: answer them together
+			}
+			c.answerBatch()
+		} else {
+			c.answerBatch() // quiet gets read before this request are answered first
+			if err != nil {
+				var re *protocol.RequestError
+				if !errors.As(err, &re) {
+					return errors.Join(err, c.flush())
+				}
+				c.appendError(re)
+				if re.Close {
+					return errors.Join(err, c.flush())
+				}
+				rejected = true
+			} else if err := c.handle(); err != nil {
 				return errors.Join(err, c.flush())
 			}
-			c.appendError(re)
-			if re.Close {
-				return errors.Join(err, c.flush())
-			}
-			rejected = true
-		} else if err := c.handle(); err != nil {
-			return errors.Join(err, c.flush())
 		}
 		if c.s.closing.Load() {
 			return errors.Join(net.ErrClosed, c.flush())
@@ -128,6 +143,49 @@ func (c *conn) serveBusy() error {
 			}
 		}
 	}
+}
+
+// maxQuietBatch bounds the quiet gets answered as one multi-key get.
+const maxQuietBatch = 1024
+
+// batchable reports whether the request just read is a binary quiet get (getq, getkq):
+// clients pipeline those (libmemcached's binary mget sends getkq… and a noop), and moxi
+// answers a run of them as one multi-key get, one batch per server instead of a round
+// trip per key.
+func (c *conn) batchable() bool {
+	return c.binary && c.req.Op == protocol.OpGet && c.req.Quiet
+}
+
+// addToBatch keeps the request just read: its key is copied, since the decoder reuses its
+// buffers for the next one.
+func (c *conn) addToBatch() {
+	r := c.req
+	start := len(c.batchKeys)
+	c.batchKeys = append(c.batchKeys, r.Keys[0]...)
+	r.Keys = nil
+	c.batch = append(c.batch, r)
+	c.batchKeyEnds = append(c.batchKeyEnds, [2]int{start, len(c.batchKeys)})
+}
+
+// answerBatch answers the quiet gets kept by addToBatch, each with its own opaque, key and
+// quiet rules, in the order they came.
+func (c *conn) answerBatch() {
+	if len(c.batch) == 0 {
+		return
+	}
+	keys := make([][]byte, len(c.batch))
+	for i, e := range c.batchKeyEnds {
+		keys[i] = c.batchKeys[e[0]:e[1]:e[1]]
+	}
+	get := protocol.Request{Op: protocol.OpGet, Keys: keys, Binary: true}
+	c.resps = c.s.Handler.Handle(c.s.ctx, &get, c.resps[:0])
+	for i := range c.batch {
+		c.batch[i].Keys = keys[i : i+1]
+		*c.out = protocol.AppendBinaryResponse(*c.out, &c.batch[i], &c.resps[i])
+	}
+	clear(c.resps)
+	clear(c.batch)
+	c.batch, c.batchKeys, c.batchKeyEnds = c.batch[:0], c.batchKeys[:0], c.batchKeyEnds[:0]
 }
 
 // buffered is the input already received beyond the requests decoded so far.
@@ -236,6 +294,9 @@ func (c *conn) release() {
 	c.out = nil
 	if cap(c.resps) > keepResponses {
 		c.resps = nil
+	}
+	if cap(c.batch) > keepResponses || cap(c.batchKeys) > keepOutput {
+		c.batch, c.batchKeys, c.batchKeyEnds = nil, nil, nil
 	}
 }
 

@@ -42,7 +42,7 @@ func TestQuietGetsAnsweredAsOneBatch(t *testing.T) {
 	for i := range 100 {
 		if i%2 == 0 { // even keys exist
 			key := []byte(fmt.Sprintf("k%d", i))
-			ext := binary.BigEndian.AppendUint64(nil, 0) // flags 0, exptime 0
+			ext := binary.BigEndian.AppendUint64(nil, 0)                                        // flags 0, exptime 0
 			stream = append(stream, binRequest(0x11, uint32(1000+i), ext, key, []byte("v"))...) // setq
 		}
 	}

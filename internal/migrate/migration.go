@@ -32,6 +32,9 @@ type Options struct {
 	Logger     *slog.Logger
 }
 
+// oldRetryAfter is how long reads leave the old server alone after it failed one.
+const oldRetryAfter = time.Second
+
 // Phases of a migration.
 const (
 	Copying = "copying"
@@ -69,6 +72,8 @@ type Migration struct {
 	started  time.Time
 	finished time.Time
 	err      error
+
+	oldDownUntil atomic.Int64 // unix nanos: until then, reads do not consult the old server
 
 	stripes   [1024]sync.Mutex
 	touchedMu sync.Mutex
@@ -222,12 +227,16 @@ func (m *Migration) read(ctx context.Context, req *protocol.Request, resps []pro
 			missed, at = append(missed, req.Keys[i]), append(at, i)
 		}
 	}
-	if len(missed) == 0 {
+	if len(missed) == 0 || time.Now().UnixNano() < m.oldDownUntil.Load() {
 		return nil
 	}
 	copied, err := m.copyKeys(ctx, missed, true)
 	if err != nil {
-		return nil // the old server failed us: the misses stand, which is a correct answer
+		// The old server failed us: the misses stand, which is a correct answer, and for a
+		// while reads do not wait for it again.
+		m.oldDownUntil.Store(time.Now().Add(oldRetryAfter).UnixNano())
+		m.opts.Logger.Warn("migration: the old server did not answer a read; misses stand", "server", m.opts.Name, "from", m.opts.From, "err", err, "retry_in", oldRetryAfter)
+		return nil
 	}
 	for j, it := range copied {
 		if it.Found {

@@ -1,0 +1,88 @@
+package migrate
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"moxi/internal/memstore"
+	"moxi/internal/protocol"
+)
+
+// blackhole accepts connections and never answers.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().String()
+}
+
+// TestDeadOldServerDoesNotStallReads: when the old server stops answering, the first read
+// that misses waits for it once; the next ones answer their miss at once.
+func TestDeadOldServerDoesNotStallReads(t *testing.T) {
+	m := New(Options{Pool: "p", Name: "s", From: blackhole(t), To: "new", New: memstore.New(memstore.Options{}), Timeout: 100 * time.Millisecond})
+	defer m.Close()
+	get := func() (protocol.Response, time.Duration) {
+		req := protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("k")}}
+		resps := make([]protocol.Response, 1)
+		start := time.Now()
+		if err := m.Do(context.Background(), &req, resps); err != nil {
+			t.Fatal(err)
+		}
+		return resps[0], time.Since(start)
+	}
+	if r, d := get(); r.Status != protocol.StatusNotFound || d < 100*time.Millisecond {
+		t.Fatalf("first read: status %d after %v; want a miss after the old server's timeout", r.Status, d)
+	}
+	if r, d := get(); r.Status != protocol.StatusNotFound || d > 50*time.Millisecond {
+		t.Fatalf("second read: status %d after %v; want a miss at once", r.Status, d)
+	}
+}
+
+// TestWriteMarksTouched is the rule that keeps copies from reverting writes:
+// after a write through the migration, the key is never read from, or copied from, the
+// old server.
+func TestWriteMarksTouched(t *testing.T) {
+	m := New(Options{Pool: "p", Name: "s", From: blackhole(t), To: "new", New: memstore.New(memstore.Options{}), Timeout: 50 * time.Millisecond})
+	defer m.Close()
+	set := protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v2")}
+	resps := make([]protocol.Response, 1)
+	if err := m.Do(context.Background(), &set, resps); err != nil || resps[0].Status != protocol.StatusOK {
+		t.Fatalf("set: %v %+v", err, resps[0])
+	}
+	if !m.isTouched([]byte("k")) {
+		t.Fatal("a write did not mark its key touched")
+	}
+	items, err := m.copyKeys(context.Background(), [][]byte{[]byte("k")}, false)
+	if err != nil || items[0].Found {
+		t.Fatalf("a copy of a touched key asked the old server: %+v %v", items, err)
+	}
+}

@@ -355,7 +355,8 @@ func TestBackupPool(t *testing.T) {
     servers: [%s]
 default_pool: main
 `, primary.Addr, spare.Addr)
-	moxi := startMoxi(t, "--config", writeConfig(t, conf))
+	admin := freeAddr(t)
+	moxi := startMoxi(t, "--config", writeConfig(t, conf), "--admin", admin)
 	c, err := dialText(moxi.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -389,6 +390,12 @@ default_pool: main
 	}
 	if v, err := c.get("b:none"); err != nil || v != "" {
 		t.Fatalf("get of a key nowhere: %q %v; want a miss", v, err)
+	}
+	if hits := metricValue(t, admin, "moxi_backup_hits_total"); hits != 2 {
+		t.Errorf("moxi_backup_hits_total = %v, want 2", hits)
+	}
+	if writes := metricValue(t, admin, "moxi_backup_writes_total"); writes < 1 {
+		t.Errorf("moxi_backup_writes_total = %v, want ≥ 1", writes)
 	}
 }
 

@@ -69,6 +69,18 @@ func New(topo *Topology, opts Options) *Proxy {
 	p.metrics = newMetrics(reg, func() float64 { return float64(p.queue.Pending()) })
 	p.topo.Store(topo)
 	reg.MustRegister(newServerCollector(p))
+	counter := func(name, help string, v func() uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
+	}
+	reg.MustRegister(
+		counter("moxi_backup_reads_total", "Keys that missed or failed on their pool and were asked of its backup pool.", p.stats.backupReads.Load),
+		counter("moxi_backup_hits_total", "Keys the backup pool answered with a value.", p.stats.backupHits.Load),
+		counter("moxi_backup_writes_total", "Writes copied to a backup pool.", p.stats.mirrors.Load),
+		counter("moxi_backup_write_errors_total", "Writes the backup pool did not answer.", p.stats.mirrorErrors.Load),
+		counter("moxi_backup_writes_dropped_total", "Writes not copied to a backup pool because too many copies were in flight.", p.stats.mirrorsDropped.Load),
+		counter("moxi_fire_and_forget_written_total", "Fire-and-forget writes the server stored.", func() uint64 { w, _ := p.queue.Counts(); return w }),
+		counter("moxi_fire_and_forget_failed_total", "Fire-and-forget writes that failed (no answer, or not stored).", func() uint64 { _, f := p.queue.Counts(); return f }),
+	)
 	return p
 }
 

@@ -104,6 +104,7 @@ func (p *Proxy) generalStats() []protocol.Stat {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	now := time.Now()
 	c := &p.stats
+	ffWritten, ffFailed := p.queue.Counts()
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	tv := func(t syscall.Timeval) string {
 		return strconv.FormatInt(t.Sec, 10) + "." + leftPad(strconv.FormatInt(t.Usec, 10), 6)
@@ -142,6 +143,9 @@ func (p *Proxy) generalStats() []protocol.Stat {
 		{Name: "backup_writes", Value: u(c.mirrors.Load())},
 		{Name: "backup_write_errors", Value: u(c.mirrorErrors.Load())},
 		{Name: "backup_writes_dropped", Value: u(c.mirrorsDropped.Load())},
+		{Name: "fire_and_forget_pending", Value: strconv.Itoa(p.queue.Pending())},
+		{Name: "fire_and_forget_written", Value: u(ffWritten)},
+		{Name: "fire_and_forget_failed", Value: u(ffFailed)},
 		{Name: "threads", Value: strconv.Itoa(runtime.GOMAXPROCS(0))},
 	}
 }

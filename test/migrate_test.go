@@ -80,18 +80,8 @@ func versionOf(v string) int {
 // TestLiveMigration moves one of three servers to a new machine by a config change while a
 // writer updates 500 of its keys and deletes 200 others and a reader checks every answer.
 func TestLiveMigration(t *testing.T) {
-	mcs := cluster(t, 3)
-	fresh := memcachedtest.Start(t)
-	path := writeConfig(t, migrationConfig(mcs[0].Addr, mcs[1].Addr, mcs[2].Addr, "", 0))
-	admin := freeAddr(t)
-	moxi := startMoxi(t, "--config", path, "--admin", admin)
+	mcs, fresh, path, admin, moxi, c := migrationSetup(t)
 	owner := owners(3)
-
-	c, err := dialText(moxi.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	model := &keyModel{version: map[string]int{}, deleted: map[string]bool{}}
 	var moved []string // keys of s1
 	for i := range 10000 {
@@ -247,18 +237,9 @@ func TestLiveMigration(t *testing.T) {
 // TestMigrationRevert: putting the old address back mid-copy stops the copy, and the keys
 // written during the migration are misses on the old server, never their old values.
 func TestMigrationRevert(t *testing.T) {
-	mcs := cluster(t, 3)
-	fresh := memcachedtest.Start(t)
+	mcs, fresh, path, admin, _, c := migrationSetup(t)
 	before := migrationConfig(mcs[0].Addr, mcs[1].Addr, mcs[2].Addr, "", 0)
-	path := writeConfig(t, before)
-	admin := freeAddr(t)
-	moxi := startMoxi(t, "--config", path, "--admin", admin)
 	owner := owners(3)
-	c, err := dialText(moxi.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	var moved []string
 	for i := 0; len(moved) < 2000; i++ {
 		k := "rv:" + strconv.Itoa(i)
@@ -307,4 +288,21 @@ func TestMigrationRevert(t *testing.T) {
 		t.Errorf("the copy went on after the revert: new server items %s -> %s", copied, now)
 	}
 	t.Logf("reverted mid-copy with %s keys on the new server; writes made during the migration read as misses", copied)
+}
+
+// migrationSetup starts three memcached (s0, s1, s2), a fresh one to migrate s1 to, and moxi
+// over the three with an admin server; it returns them, the config path and a client.
+func migrationSetup(t *testing.T) (mcs []*memcachedtest.Server, fresh *memcachedtest.Server, path, admin string, moxi *process, c *textClient) {
+	t.Helper()
+	mcs = cluster(t, 3)
+	fresh = memcachedtest.Start(t)
+	path = writeConfig(t, migrationConfig(mcs[0].Addr, mcs[1].Addr, mcs[2].Addr, "", 0))
+	admin = freeAddr(t)
+	moxi = startMoxi(t, "--config", path, "--admin", admin)
+	c, err := dialText(moxi.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return mcs, fresh, path, admin, moxi, c
 }

@@ -1,4 +1,4 @@
-module moxi
+module github.com/moxi-proxy/moxi
 
 go 1.26.8
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
 func TestMemccapableThroughMemcached(t *testing.T) {

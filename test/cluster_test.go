@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
 // cluster is n real memcached servers.

@@ -27,8 +27,8 @@ import (
 	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
 
-	"moxi/internal/config"
-	"moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
 // The deployment files are checked against the code they deploy: the config they ship must

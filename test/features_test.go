@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
 // slowPool is a moxi config whose one server sits behind a link of the given delay each way.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
 // moxiBin is the moxi binary built once by TestMain, with the race detector.

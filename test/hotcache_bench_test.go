@@ -3,7 +3,7 @@ package test
 import (
 	"testing"
 
-	"moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
 // BenchmarkHotCacheVsDirect compares gets of one key straight from memcached, through moxi

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
 // fill stores n keys prefix0… of size bytes straight into memcached, pipelined.

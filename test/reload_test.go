@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
 func postReload(t testing.TB, admin string) (int, string) {

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/hashkit"
-	"moxi/internal/ketama"
-	"moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/hashkit"
+	"github.com/moxi-proxy/moxi/internal/ketama"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
 // The failure settings of these tests, and the bounds the contract derives from them.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
 // TestPlacementMatchesTwemproxy writes 3,000 keys through nutcracker (twemproxy) and through

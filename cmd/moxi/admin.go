@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"moxi/internal/migrate"
-	"moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/migrate"
+	"github.com/moxi-proxy/moxi/internal/proxy"
 )
 
 // adminHandler serves the admin HTTP endpoints of the contract.

@@ -19,10 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"moxi/internal/config"
-	"moxi/internal/frontend"
-	"moxi/internal/proxy"
-	"moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/frontend"
+	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".

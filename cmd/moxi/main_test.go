@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/config"
 )
 
 // writeConfig writes body to a file in a fresh temporary directory and returns its path.

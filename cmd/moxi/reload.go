@@ -17,9 +17,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"moxi/internal/config"
-	"moxi/internal/proxy"
-	"moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 // watchInterval is how often watch_config looks at the file.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/memcachedtest"
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 func benchServer(b *testing.B) *Server {

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // call is one client request on its way to the server: the packets it needs, and the

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // errDesync means the server answered an opaque that no request is waiting for: the stream

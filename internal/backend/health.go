@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // ErrDead is returned at once for requests to a server marked dead, without waiting for a

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // TestDeadAfterFailureLimitThenProbedBack: consecutive timeouts mark the server dead, after

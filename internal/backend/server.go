@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // Options configure a Server. Zero values take the documented defaults.

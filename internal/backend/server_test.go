@@ -13,8 +13,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"moxi/internal/memcachedtest"
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 func TestMain(m *testing.M) {

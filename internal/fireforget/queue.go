@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // ErrClosed is returned by Enqueue after Close.

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -8,11 +8,11 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"moxi/internal/frontend"
-	"moxi/internal/memstore"
-	"moxi/internal/pool"
-	"moxi/internal/protocol"
-	"moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/frontend"
+	"github.com/moxi-proxy/moxi/internal/memstore"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/proxy"
 )
 
 // countingServer is an embedded store that counts the requests it is asked.

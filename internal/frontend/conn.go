@@ -7,7 +7,7 @@ import (
 	"net"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 const (

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/frontend"
-	"moxi/internal/memstore"
-	"moxi/internal/pool"
-	"moxi/internal/protocol"
-	"moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/frontend"
+	"github.com/moxi-proxy/moxi/internal/memstore"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/proxy"
 )
 
 // gateHandler answers every request with version "gate", but only once the test releases

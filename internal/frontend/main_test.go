@@ -15,10 +15,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"moxi/internal/frontend"
-	"moxi/internal/memstore"
-	"moxi/internal/pool"
-	"moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/frontend"
+	"github.com/moxi-proxy/moxi/internal/memstore"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/proxy"
 )
 
 func TestMain(m *testing.M) {

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/hashkit"
-	"moxi/internal/ketama"
-	"moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/hashkit"
+	"github.com/moxi-proxy/moxi/internal/ketama"
+	"github.com/moxi-proxy/moxi/internal/pool"
 )
 
 // update regenerates the checked-in vectors (testdata/twemproxy_placement.txt here and

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"moxi/internal/hashkit"
-	"moxi/internal/ketama"
+	"github.com/moxi-proxy/moxi/internal/hashkit"
+	"github.com/moxi-proxy/moxi/internal/ketama"
 )
 
 // The vector files are written by TestTwemproxyLive -update from what a live nutcracker

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 const benchKeys = 1024

@@ -3,7 +3,7 @@ package memstore
 import (
 	"strconv"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // handleDelta answers incr and decr. incr wraps around at 2^64, decr stops at 0. The result

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // TestDelta checks incr and decr against answers recorded from memcached 1.6.18.

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 func TestExpiry(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // start is the fake clock's origin: a real unix time, so that absolute exptimes (over 30

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // TestLRUEviction fills a store that holds exactly three items and checks that the least

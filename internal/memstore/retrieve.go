@@ -1,6 +1,6 @@
 package memstore
 
-import "moxi/internal/protocol"
+import "github.com/moxi-proxy/moxi/internal/protocol"
 
 // retrieve answers get, gets, gat and gats: resps[i] for req.Keys[i]. Every hit carries its
 // cas unique, whichever of the four it is, so the codec decides what to show.

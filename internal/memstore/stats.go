@@ -3,7 +3,7 @@ package memstore
 import (
 	"strconv"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // counters are the store's statistics, named as memcached's "stats" output names them.

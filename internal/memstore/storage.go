@@ -3,7 +3,7 @@ package memstore
 import (
 	"bytes"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // The storage commands. Each checks the size first, as memcached allocates the new item

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // TestCommands runs one request against a store prepared by setup and checks its status and

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // DefaultMaxBytes is the memory bound of a Store whose Options.MaxBytes is 0, memcached's

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // Server is the new server: a pool server (the backend, or an embedded store).

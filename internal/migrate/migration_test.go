@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/memstore"
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/memstore"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // blackhole accepts connections and never answers.

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // oldServer talks to the server being migrated from over a few text connections.

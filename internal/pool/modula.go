@@ -3,7 +3,7 @@ package pool
 import (
 	"fmt"
 
-	"moxi/internal/ketama"
+	"github.com/moxi-proxy/moxi/internal/ketama"
 )
 
 // Modula places keys as twemproxy's "distribution: modula" does: a continuum with weight

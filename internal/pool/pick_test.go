@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"moxi/internal/ketama"
+	"github.com/moxi-proxy/moxi/internal/ketama"
 )
 
 func weightedNodes(weights ...int) []ketama.Node {

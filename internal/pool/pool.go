@@ -5,8 +5,8 @@ package pool
 import (
 	"fmt"
 
-	"moxi/internal/hashkit"
-	"moxi/internal/ketama"
+	"github.com/moxi-proxy/moxi/internal/hashkit"
+	"github.com/moxi-proxy/moxi/internal/ketama"
 )
 
 // Member is one server of a pool.

@@ -3,7 +3,7 @@ package pool
 import (
 	"context"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // Server executes requests on one memcached server: a remote one over the binary protocol,

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"moxi/internal/pool"
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // maxMirrors bounds the writes being copied to backup pools at once; past it a copy is

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"moxi/internal/backend"
-	"moxi/internal/memcachedtest"
-	"moxi/internal/pool"
-	"moxi/internal/protocol"
-	"moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/backend"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/proxy"
 )
 
 // BenchmarkGetDedup is the get path against a real memcached with dedup off and on, when

@@ -3,7 +3,7 @@ package proxy
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // metrics are the request path's Prometheus series, resolved per command once so that a

@@ -13,10 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"moxi/internal/dedup"
-	"moxi/internal/fireforget"
-	"moxi/internal/pool"
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/dedup"
+	"github.com/moxi-proxy/moxi/internal/fireforget"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // Options configure a Proxy. The zero value of each field is usable.

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"moxi/internal/memstore"
-	"moxi/internal/pool"
-	"moxi/internal/protocol"
-	"moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/memstore"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/proxy"
 )
 
 // newPool is a ketama pool of n embedded shards named name/shardI.

@@ -4,10 +4,10 @@ import (
 	"context"
 	"sync"
 
-	"moxi/internal/dedup"
-	"moxi/internal/hotcache"
-	"moxi/internal/pool"
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/dedup"
+	"github.com/moxi-proxy/moxi/internal/hotcache"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // retrieve answers a get, gets, gat or gats, in the client's key order: from the hot cache

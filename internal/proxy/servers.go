@@ -3,8 +3,8 @@ package proxy
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"moxi/internal/backend"
-	"moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/backend"
+	"github.com/moxi-proxy/moxi/internal/pool"
 )
 
 // ServerState is one server of the running topology, as GET /servers shows it.

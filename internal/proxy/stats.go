@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // counters are the proxy's own memcached-style statistics, answered to "stats".

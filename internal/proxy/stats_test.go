@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"testing"
 
-	"moxi/internal/pool"
-	"moxi/internal/protocol"
-	"moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/proxy"
 )
 
 func statsMap(t *testing.T, p *proxy.Proxy, args string) map[string]string {

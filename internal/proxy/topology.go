@@ -3,8 +3,8 @@ package proxy
 import (
 	"bytes"
 
-	"moxi/internal/hotcache"
-	"moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/hotcache"
+	"github.com/moxi-proxy/moxi/internal/pool"
 )
 
 // Route sends keys that start with Prefix to Pool.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"strconv"
 
-	"moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // write answers any single-key command but a retrieval: a set, add, replace, append,

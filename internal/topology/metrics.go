@@ -3,7 +3,7 @@ package topology
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"moxi/internal/migrate"
+	"github.com/moxi-proxy/moxi/internal/migrate"
 )
 
 // MigrationCollector exports the progress of the migrations being copied.

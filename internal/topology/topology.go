@@ -15,15 +15,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"moxi/internal/backend"
-	"moxi/internal/config"
-	"moxi/internal/hotcache"
-	"moxi/internal/ketama"
-	"moxi/internal/memstore"
-	"moxi/internal/migrate"
-	"moxi/internal/pool"
-	"moxi/internal/protocol"
-	"moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/backend"
+	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/hotcache"
+	"github.com/moxi-proxy/moxi/internal/ketama"
+	"github.com/moxi-proxy/moxi/internal/memstore"
+	"github.com/moxi-proxy/moxi/internal/migrate"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/proxy"
 )
 
 // Builder makes topologies and owns the servers they use. Safe for concurrent use, though

@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"moxi/internal/config"
-	"moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

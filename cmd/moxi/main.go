@@ -19,9 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/moxi-proxy/moxi/internal/admin"
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/frontend"
 	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/reload"
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
@@ -90,33 +92,25 @@ func newLogger(o *options, w io.Writer) (*slog.Logger, error) {
 	}
 }
 
-// loadConfig reads the file named by --config, or the built-in default, and applies the
-// address flags.
-func loadConfig(o *options) (*config.Config, error) {
-	cfg := config.Default()
-	if o.configPath != "" {
-		var err error
-		if cfg, err = config.Load(o.configPath); err != nil {
-			return nil, err
-		}
-	}
+// override applies the address flags to a loaded config.
+func (o *options) override(cfg *config.Config) error {
 	if o.listen != nil {
 		addr, err := config.ListenAddr(*o.listen)
 		if err != nil {
-			return nil, fmt.Errorf("--listen: %w", err)
+			return fmt.Errorf("--listen: %w", err)
 		}
 		cfg.Listen = addr
 	}
 	if o.admin != nil && *o.admin != "" {
 		addr, err := config.ListenAddr(*o.admin)
 		if err != nil {
-			return nil, fmt.Errorf("--admin: %w", err)
+			return fmt.Errorf("--admin: %w", err)
 		}
 		cfg.Admin = addr
 	} else if o.admin != nil {
 		cfg.Admin = ""
 	}
-	return cfg, nil
+	return nil
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -137,15 +131,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "moxi:", err)
 		return 2
 	}
-	cfg, err := loadConfig(o)
+	loaded, err := reload.Load(o.configPath, o.override)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	if o.check {
-		return check(cfg, stdout, stderr)
+		return check(loaded.Config, stdout, stderr)
 	}
-	if err := serve(cfg, o, logger); err != nil {
+	if err := serve(loaded, o, logger); err != nil {
 		logger.Error("moxi stopped", "err", err)
 		return 1
 	}
@@ -172,7 +166,8 @@ func check(cfg *config.Config, stdout, stderr io.Writer) int {
 
 // serve runs moxi until SIGINT or SIGTERM, then shuts down within shutdown_timeout.
 // SIGHUP, POST /reload and (with watch_config) a change of the file reload the config.
-func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
+func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
+	cfg := loaded.Config
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -182,12 +177,12 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 	}, []string{"pool", "server"})
 	reg.MustRegister(latency)
 
-	builder := &topology.Builder{Logger: logger, Dial: true, Grace: grace(cfg), Latency: latency}
+	builder := &topology.Builder{Logger: logger, Dial: true, Latency: latency}
 	pending, err := builder.Build(cfg)
 	if err != nil {
 		return err
 	}
-	pending.Commit()
+	pending.Commit(0) // nothing to retire
 
 	front := &frontend.Server{
 		Limits:         topology.Limits(cfg),
@@ -204,15 +199,18 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 		Logger:         logger,
 	})
 	front.Handler = px
-	rl := newReloader(o, cfg, builder, px, logger, reg)
-	reg.MustRegister(topology.NewMigrationCollector(builder))
+	rl := reload.New(reload.Options{
+		Path: o.configPath, Override: o.override, Builder: builder, Swap: px.Swap,
+		Logger: logger, Registry: reg, Grace: grace,
+	}, loaded)
+	reg.MustRegister(admin.NewServerCollector(px), admin.NewMigrationCollector(builder))
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		_ = builder.Close(context.Background())
 		return fmt.Errorf("listen: %w", err)
 	}
-	var admin *http.Server
+	var adminServer *http.Server
 	if cfg.Admin != "" {
 		aln, err := net.Listen("tcp", cfg.Admin)
 		if err != nil {
@@ -220,9 +218,12 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 			_ = builder.Close(context.Background())
 			return fmt.Errorf("admin listen: %w", err)
 		}
-		admin = &http.Server{Handler: adminHandler(reg, px, rl, o.pprof), ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+		adminServer = &http.Server{
+			Handler:  admin.Handler(admin.Sources{Registry: reg, Topologies: px, Migrations: builder, Reloader: rl, Pprof: o.pprof}),
+			ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
 		go func() {
-			if err := admin.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := adminServer.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("admin server stopped", "err", err)
 			}
 		}()
@@ -233,7 +234,7 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 	go func() { served <- front.Serve(ln) }()
 	watchCtx, stopWatching := context.WithCancel(context.Background())
 	watched := make(chan struct{})
-	go func() { defer close(watched); rl.watch(watchCtx) }()
+	go func() { defer close(watched); rl.Watch(watchCtx) }()
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -247,17 +248,17 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 			return fmt.Errorf("serve: %w", err)
 		case sig := <-signals:
 			if sig == syscall.SIGHUP {
-				_, _ = rl.reload("SIGHUP")
+				_, _ = rl.Reload("SIGHUP")
 				continue
 			}
-			logger.Info("stopping", "signal", sig.String(), "timeout", rl.config().ShutdownTimeout)
+			logger.Info("stopping", "signal", sig.String(), "timeout", rl.Config().ShutdownTimeout)
 			stopping = true
 		}
 	}
 	stopWatching()
 	<-watched
 
-	ctx, cancel := context.WithTimeout(context.Background(), rl.config().ShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), rl.Config().ShutdownTimeout)
 	defer cancel()
 	if err := front.Shutdown(ctx); err != nil {
 		logger.Warn("shutdown timed out; closed remaining connections", "err", err)
@@ -266,8 +267,8 @@ func serve(cfg *config.Config, o *options, logger *slog.Logger) error {
 	if err := px.Close(ctx); err != nil {
 		logger.Warn("shutdown timed out writing queued fire-and-forget writes or backup copies", "err", err)
 	}
-	if admin != nil {
-		_ = admin.Shutdown(ctx)
+	if adminServer != nil {
+		_ = adminServer.Shutdown(ctx)
 	}
 	_ = builder.Close(ctx)
 	logger.Info("stopped")

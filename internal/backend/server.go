@@ -13,8 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
+
+var _ pool.Server = (*Server)(nil)
 
 // Options configure a Server. Zero values take the documented defaults.
 type Options struct {
@@ -230,28 +233,15 @@ func (s *Server) release() {
 	<-s.slots
 }
 
-// Counters are moxi's counts for one server since it was created.
-type Counters struct {
-	Requests      uint64 // requests handed to Do
-	Timeouts      uint64 // not answered in time
-	Connect       uint64 // no connection (dead, refused, not yet connected)
-	IO            uint64 // the connection broke
-	Overload      uint64 // no room among the requests in flight
-	InFlight      int64  // waiting for answers now
-	Connections   int    // configured connections
-	ConnectionsUp int    // established now
-	Writes        uint64 // system calls that wrote requests
-}
-
 // Counters reads the server's counters.
-func (s *Server) Counters() Counters {
+func (s *Server) Counters() pool.Counters {
 	up := 0
 	for _, c := range s.conns {
 		if c.up.Load() {
 			up++
 		}
 	}
-	return Counters{
+	return pool.Counters{
 		Requests:      s.requests.Load(),
 		Timeouts:      s.timeouts.Load(),
 		Connect:       s.down.Load(),
@@ -264,16 +254,22 @@ func (s *Server) Counters() Counters {
 	}
 }
 
+// Info is the server's state and counters (see pool.Server).
+func (s *Server) Info() pool.Info {
+	st := pool.StateUp
+	if !s.Up() {
+		st = pool.StateDead
+	}
+	return pool.Info{State: st, Counters: s.Counters()}
+}
+
 // Stats are moxi's counters for this server, for "stats proxy".
 func (s *Server) Stats() []protocol.Stat {
-	c := s.Counters()
+	info := s.Info()
+	c := info.Counters
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	state := "up"
-	if !s.Up() {
-		state = "dead"
-	}
 	return []protocol.Stat{
-		{Name: "state", Value: state},
+		{Name: "state", Value: string(info.State)},
 		{Name: "connections", Value: strconv.Itoa(c.Connections)},
 		{Name: "connections_up", Value: strconv.Itoa(c.ConnectionsUp)},
 		{Name: "requests", Value: u(c.Requests)},

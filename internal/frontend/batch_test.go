@@ -13,6 +13,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 // countingServer is an embedded store that counts the requests it is asked.
@@ -35,7 +36,7 @@ func TestQuietGetsAnsweredAsOneBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := startServer(t, &frontend.Server{Handler: proxy.New(&proxy.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{})})
+	ts := startServer(t, &frontend.Server{Handler: proxy.New(&topology.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{})})
 	c := dial(t, ts.addr)
 
 	var stream []byte

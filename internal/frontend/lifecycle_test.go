@@ -14,6 +14,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 // gateHandler answers every request with version "gate", but only once the test releases
@@ -80,7 +81,7 @@ func TestConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Handler = proxy.New(&proxy.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{Version: testVersion, Connections: s.Connections})
+	s.Handler = proxy.New(&topology.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{Version: testVersion, Connections: s.Connections})
 	ts := startServer(t, s)
 
 	stat := func(c *client, name string) string {

@@ -19,6 +19,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/memstore"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 func TestMain(m *testing.M) {
@@ -41,7 +42,7 @@ func newProxy(t testing.TB) *proxy.Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return proxy.New(&proxy.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{Version: testVersion})
+	return proxy.New(&topology.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{Version: testVersion})
 }
 
 // countingListener hands out connections that count the server's Write calls.

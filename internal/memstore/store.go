@@ -5,10 +5,14 @@ package memstore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
+
+var _ pool.Server = (*Store)(nil)
 
 // DefaultMaxBytes is the memory bound of a Store whose Options.MaxBytes is 0, memcached's
 // default of 64 MiB.
@@ -40,6 +44,7 @@ type Store struct {
 	now      func() time.Time // read-only after New
 	maxBytes int64            // read-only after New
 	version  []byte           // read-only after New; handed out in responses, never modified
+	requests atomic.Uint64    // requests handed to Do, for the admin views
 
 	mu      sync.Mutex
 	items   map[string]*item // guarded by mu
@@ -73,6 +78,7 @@ func New(opts Options) *Store {
 // always nil because an in-process store always answers. Response.Key aliases the request's
 // key bytes.
 func (s *Store) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+	s.requests.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now().Unix()
@@ -115,6 +121,18 @@ func (s *Store) Do(ctx context.Context, req *protocol.Request, resps []protocol.
 	}
 	return nil
 }
+
+// Up is always true: an in-process store cannot be unreachable.
+func (s *Store) Up() bool { return true }
+
+// Info reports the store up, with the requests it was handed.
+func (s *Store) Info() pool.Info {
+	return pool.Info{State: pool.StateUp, Counters: pool.Counters{Requests: s.requests.Load()}}
+}
+
+// Close does nothing: the store holds no connections or goroutines, and its memory goes
+// with its last reference.
+func (s *Store) Close() error { return nil }
 
 // expiryAt converts a request's exptime to the unix second at which the item expires, with
 // memcached's rules: 0 never expires (0), up to 30 days is relative to now, more is an

@@ -13,19 +13,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
-// Server is the new server: a pool server (the backend, or an embedded store).
-type Server interface {
-	Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error
-}
+var _ pool.Server = (*Migration)(nil)
 
 // Options describe one migration.
 type Options struct {
 	Pool, Name string        // the slot
 	From, To   string        // the old server's address, the new one's
-	New        Server        // the new server
+	New        pool.Server   // the new server; owned by the caller, who closes it
 	Rate       int           // keys per second the background copy may move; 0 = no limit
 	Timeout    time.Duration // per request to the old server; default 1s
 	MaxValue   int           // largest value read from the old server; default 1 MiB
@@ -124,7 +122,8 @@ func (m *Migration) StopCopy() {
 	}
 }
 
-// Close closes the connections to the old server, once no request uses the migration.
+// Close closes the connections to the old server, once no request uses the migration. The
+// new server is not closed: it outlives the migration, and its owner closes it.
 func (m *Migration) Close() error {
 	m.StopCopy()
 	m.adding.Wait()
@@ -134,6 +133,22 @@ func (m *Migration) Close() error {
 
 // Phase is copying, done or failed.
 func (m *Migration) Phase() string { return *m.phase.Load() }
+
+// Up is the new server's health: while its slot migrates, failover treats the slot as its
+// new server.
+func (m *Migration) Up() bool { return m.opts.New.Up() }
+
+// Info is the new server's, its state "migrating" while the copy runs and the server is up.
+func (m *Migration) Info() pool.Info {
+	info := m.opts.New.Info()
+	if info.State == pool.StateUp && m.Phase() == Copying {
+		info.State = pool.StateMigrating
+	}
+	return info
+}
+
+// Stats are the new server's "stats proxy" lines.
+func (m *Migration) Stats() []protocol.Stat { return m.opts.New.Stats() }
 
 // Status reports the migration's progress.
 func (m *Migration) Status() Status {

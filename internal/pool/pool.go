@@ -15,17 +15,10 @@ type Member struct {
 	Addr   string // "host:port", or "embedded/N" for an in-process shard
 	Weight int
 	Server Server
-
-	health Health // Server, when it tracks its health; set by New
-}
-
-// Health is a Server that knows whether it is alive. A Server without it is always alive.
-type Health interface {
-	Up() bool
 }
 
 // Up reports whether the member's server is alive.
-func (m *Member) Up() bool { return m.health == nil || m.health.Up() }
+func (m *Member) Up() bool { return m.Server.Up() }
 
 // Options are a pool's placement and failure rules.
 type Options struct {
@@ -78,9 +71,6 @@ func New(name string, opts Options, members []Member) (*Pool, error) {
 	}
 	p := &Pool{name: name, opts: opts, members: members, hash: h}
 	p.alive = func(i int) bool { return p.members[i].Up() }
-	for i := range members {
-		members[i].health, _ = members[i].Server.(Health)
-	}
 	switch opts.Distribution {
 	case "ketama", "":
 		p.picker = ketama.New(nodes)

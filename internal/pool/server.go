@@ -6,14 +6,57 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
-// Server executes requests on one memcached server: a remote one over the binary protocol,
-// or an embedded in-process store.
+// Server is what sits behind one member of a pool: a remote memcached (package backend), an
+// embedded in-process store (package memstore), or a wrapper around one of those (a
+// migration). It is the one interface between placement and the servers: every
+// implementation and every wrapper provides all of it, so that a wrapper cannot hide its
+// server's health or counters by forgetting a method.
 type Server interface {
-	// Do executes req and fills resps: for a retrieval (get, gets, gat, gats) one Response per
-	// req.Keys[i] in resps[i], with Key set; for any other command resps[0]. len(resps) is
-	// exactly that. A non-nil error means the server did not answer (timeout, connection
+	// Do executes req and fills resps: for a retrieval (get, gets, gat, gats) one Response
+	// per req.Keys[i] in resps[i], with Key set; for any other command resps[0]. len(resps)
+	// is exactly that. A non-nil error means the server did not answer (timeout, connection
 	// failure) and resps are undefined; every answer the server gave, including a miss or
-	// NOT_STORED, is a Status with a nil error. Do is safe for concurrent use. req and its
-	// bytes are valid only during the call.
+	// NOT_STORED, is a Status with a nil error. Safe for concurrent use. req and its bytes
+	// are valid only during the call.
 	Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error
+	// Up reports whether the server is considered alive. Failover moves the keys of a
+	// server that is not. Cheap: it is asked on every request.
+	Up() bool
+	// Info is the server's state and moxi's counters for it, for /servers and the metrics.
+	Info() Info
+	// Stats are the lines "stats proxy" shows for the server, without the pool:server:
+	// prefix.
+	Stats() []protocol.Stat
+	// Close releases the server's connections and goroutines. Requests still running fail.
+	Close() error
+}
+
+// State is a server's state as the admin views show it.
+type State string
+
+// The states of a server.
+const (
+	StateUp        State = "up"
+	StateDead      State = "dead"      // marked dead: its requests fail at once, or fail over
+	StateMigrating State = "migrating" // its slot's data is being copied from an old server
+)
+
+// Info is a server's state and counters.
+type Info struct {
+	State    State
+	Counters Counters
+}
+
+// Counters are moxi's counts for one server since it was created. An embedded store counts
+// requests only; it has no connections and cannot fail to answer.
+type Counters struct {
+	Requests      uint64 // requests handed to Do
+	Timeouts      uint64 // not answered in time
+	Connect       uint64 // no connection (dead, refused, not yet connected)
+	IO            uint64 // the connection broke
+	Overload      uint64 // no room among the requests in flight
+	InFlight      int64  // waiting for answers now
+	Connections   int    // configured connections
+	ConnectionsUp int    // established now
+	Writes        uint64 // system calls that wrote requests
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 // maxMirrors bounds the writes being copied to backup pools at once; past it a copy is
@@ -24,7 +25,7 @@ func wantsBackup(r *protocol.Response) bool {
 // readBackup asks each key's backup pool for the keys (among those at among; nil: all) that
 // missed or failed on their own pool, as magent does. A backup hit replaces the answer; so does any answer from the
 // backup when the primary gave none.
-func (p *Proxy) readBackup(ctx context.Context, t *Topology, req *protocol.Request, out []protocol.Response, among []int) {
+func (p *Proxy) readBackup(ctx context.Context, t *topology.Topology, req *protocol.Request, out []protocol.Response, among []int) {
 	var idx []int
 	consider := func(i int) {
 		if wantsBackup(&out[i]) && t.Backups[t.PoolFor(req.Keys[i])] != nil {

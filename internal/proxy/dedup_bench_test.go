@@ -13,6 +13,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 // BenchmarkGetDedup is the get path against a real memcached with dedup off and on, when
@@ -27,7 +28,7 @@ func BenchmarkGetDedup(b *testing.B) {
 	}
 	for _, dedup := range []bool{false, true} {
 		b.Run(fmt.Sprintf("dedup=%v", dedup), func(b *testing.B) {
-			p := proxy.New(&proxy.Topology{Pools: []*pool.Pool{pl}, Default: pl, Dedup: dedup}, proxy.Options{})
+			p := proxy.New(&topology.Topology{Pools: []*pool.Pool{pl}, Default: pl, Dedup: dedup}, proxy.Options{})
 			defer p.Close(context.Background())
 			var next atomic.Int64
 			b.ReportAllocs()

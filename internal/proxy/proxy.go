@@ -17,6 +17,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/fireforget"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 // Options configure a Proxy. The zero value of each field is usable.
@@ -36,7 +37,7 @@ type Options struct {
 // Proxy answers client requests from the servers of its current Topology. Safe for
 // concurrent use; Swap changes the topology for requests that start afterwards.
 type Proxy struct {
-	topo    atomic.Pointer[Topology]
+	topo    atomic.Pointer[topology.Topology]
 	opts    Options
 	started time.Time
 	stats   counters
@@ -53,7 +54,7 @@ type Proxy struct {
 const fireAndForgetWorkers = 8
 
 // New returns a proxy serving topo.
-func New(topo *Topology, opts Options) *Proxy {
+func New(topo *topology.Topology, opts Options) *Proxy {
 	reg := opts.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -68,7 +69,6 @@ func New(topo *Topology, opts Options) *Proxy {
 	p.queue = fireforget.New(fireAndForgetWorkers, opts.MaxPending, p.writeQueued, opts.Logger)
 	p.metrics = newMetrics(reg, func() float64 { return float64(p.queue.Pending()) })
 	p.topo.Store(topo)
-	reg.MustRegister(newServerCollector(p))
 	counter := func(name, help string, v func() uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
 	}
@@ -92,10 +92,10 @@ func (p *Proxy) Close(ctx context.Context) error {
 }
 
 // Swap installs a new topology; requests in flight finish on the one they started with.
-func (p *Proxy) Swap(t *Topology) { p.topo.Store(t) }
+func (p *Proxy) Swap(t *topology.Topology) { p.topo.Store(t) }
 
 // Topology is the topology new requests use.
-func (p *Proxy) Topology() *Topology { return p.topo.Load() }
+func (p *Proxy) Topology() *topology.Topology { return p.topo.Load() }
 
 // Handle answers req, appending its responses to resps (one per key for a retrieval, else
 // one) and returning the extended slice. quit and noop never reach it: they are the
@@ -175,8 +175,8 @@ func retryable(op protocol.Op) bool {
 
 // flushAll sends flush_all to every server of every pool, in parallel; the answer is OK when
 // every server said OK, else the first failure.
-func (p *Proxy) flushAll(ctx context.Context, t *Topology, req *protocol.Request) protocol.Response {
-	members := t.allMembers()
+func (p *Proxy) flushAll(ctx context.Context, t *topology.Topology, req *protocol.Request) protocol.Response {
+	members := t.Members()
 	answers := make([]protocol.Response, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
@@ -195,15 +195,4 @@ func (p *Proxy) flushAll(ctx context.Context, t *Topology, req *protocol.Request
 		}
 	}
 	return protocol.Response{}
-}
-
-// allMembers is every member of every pool.
-func (t *Topology) allMembers() []*pool.Member {
-	var ms []*pool.Member
-	for _, pl := range t.Pools {
-		for i := range pl.Len() {
-			ms = append(ms, pl.Member(i))
-		}
-	}
-	return ms
 }

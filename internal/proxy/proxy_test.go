@@ -11,6 +11,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 // newPool is a ketama pool of n embedded shards named name/shardI.
@@ -34,11 +35,11 @@ func newPool(t testing.TB, name string, n int) *pool.Pool {
 
 // twoPools is pool "main" (3 shards, the default) and pool "sess" (2 shards), with routes
 // "sess:" → sess, then "sess:main:" → main, which the first route always shadows.
-func twoPools(t testing.TB) (*proxy.Topology, *pool.Pool, *pool.Pool) {
+func twoPools(t testing.TB) (*topology.Topology, *pool.Pool, *pool.Pool) {
 	main, sess := newPool(t, "main", 3), newPool(t, "sess", 2)
-	return &proxy.Topology{
+	return &topology.Topology{
 		Pools: []*pool.Pool{main, sess},
-		Routes: []proxy.Route{
+		Routes: []topology.Route{
 			{Prefix: []byte("sess:"), Pool: sess},
 			{Prefix: []byte("sess:main:"), Pool: main},
 		},
@@ -220,6 +221,11 @@ func TestVersion(t *testing.T) {
 // failing is a server that never answers.
 type failing struct{}
 
+func (failing) Up() bool               { return true }
+func (failing) Info() pool.Info        { return pool.Info{State: pool.StateUp} }
+func (failing) Stats() []protocol.Stat { return nil }
+func (failing) Close() error           { return nil }
+
 func (failing) Do(context.Context, *protocol.Request, []protocol.Response) error {
 	return errors.New("connection refused")
 }
@@ -233,7 +239,7 @@ func TestBackendError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo := &proxy.Topology{Pools: []*pool.Pool{pl}, Default: pl}
+	topo := &topology.Topology{Pools: []*pool.Pool{pl}, Default: pl}
 	p := proxy.New(topo, proxy.Options{})
 	var keys []string
 	var onBad []bool

@@ -8,12 +8,13 @@ import (
 	"github.com/moxi-proxy/moxi/internal/hotcache"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 // retrieve answers a get, gets, gat or gats, in the client's key order: from the hot cache
 // where it can, by joining a fetch of the same key already in flight where dedup allows,
 // and for the rest from the servers (see fetch).
-func (p *Proxy) retrieve(ctx context.Context, t *Topology, req *protocol.Request, resps []protocol.Response) []protocol.Response {
+func (p *Proxy) retrieve(ctx context.Context, t *topology.Topology, req *protocol.Request, resps []protocol.Response) []protocol.Response {
 	base := len(resps)
 	for range req.Keys {
 		resps = append(resps, protocol.Response{})
@@ -37,7 +38,7 @@ func (p *Proxy) retrieve(ctx context.Context, t *Topology, req *protocol.Request
 }
 
 // retrieveOne is retrieveShared for the common single-key get, without its bookkeeping.
-func (p *Proxy) retrieveOne(ctx context.Context, t *Topology, req *protocol.Request, out []protocol.Response) {
+func (p *Proxy) retrieveOne(ctx context.Context, t *topology.Topology, req *protocol.Request, out []protocol.Response) {
 	k := req.Keys[0]
 	hit, hot, epoch := p.hotLookup(t, k, &out[0])
 	if hit {
@@ -60,7 +61,7 @@ func (p *Proxy) retrieveOne(ctx context.Context, t *Topology, req *protocol.Requ
 // every key nobody else is fetching, fetches those in one go, publishes them, and only then
 // waits for the keys others lead: since every request finishes what it leads before it
 // waits, two requests leading each other's keys cannot wait for each other.
-func (p *Proxy) retrieveShared(ctx context.Context, t *Topology, req *protocol.Request, out []protocol.Response) {
+func (p *Proxy) retrieveShared(ctx context.Context, t *topology.Topology, req *protocol.Request, out []protocol.Response) {
 	type lead struct {
 		i      int
 		flight *dedup.Flight[protocol.Response] // nil without dedup
@@ -107,7 +108,7 @@ func (p *Proxy) retrieveShared(ctx context.Context, t *Topology, req *protocol.R
 
 // hotLookup answers key from the hot cache into r (hit). For a hot key it missed, it
 // returns the epoch that publish needs to cache what the fetch brings.
-func (p *Proxy) hotLookup(t *Topology, k []byte, r *protocol.Response) (hit, hot bool, epoch uint64) {
+func (p *Proxy) hotLookup(t *topology.Topology, k []byte, r *protocol.Response) (hit, hot bool, epoch uint64) {
 	if !t.Hot.Hot(k) {
 		return false, false, 0
 	}
@@ -121,7 +122,7 @@ func (p *Proxy) hotLookup(t *Topology, k []byte, r *protocol.Response) (hit, hot
 }
 
 // publish caches a leader's answer for a hot key and hands it to the flight's followers.
-func (p *Proxy) publish(t *Topology, k []byte, r *protocol.Response, hot bool, epoch uint64, f *dedup.Flight[protocol.Response]) {
+func (p *Proxy) publish(t *topology.Topology, k []byte, r *protocol.Response, hot bool, epoch uint64, f *dedup.Flight[protocol.Response]) {
 	if hot && r.Status == protocol.StatusOK {
 		t.Hot.Add(k, hotcache.Entry{Value: r.Value, Flags: r.Flags, Cas: r.Cas}, epoch)
 	}
@@ -146,7 +147,7 @@ func (p *Proxy) follow(ctx context.Context, f *dedup.Flight[protocol.Response], 
 // into out[i]: a single key straight from its server, several split by server and sent as
 // one request per server in parallel. Keys that then miss or fail are tried on their
 // pool's backup.
-func (p *Proxy) fetch(ctx context.Context, t *Topology, req *protocol.Request, out []protocol.Response, idx []int) {
+func (p *Proxy) fetch(ctx context.Context, t *topology.Topology, req *protocol.Request, out []protocol.Response, idx []int) {
 	if len(req.Keys) == 1 {
 		pl := t.PoolFor(req.Keys[0])
 		p.do(ctx, pl, req.Keys[0], req, out)

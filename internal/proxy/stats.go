@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 // counters are the proxy's own memcached-style statistics, answered to "stats".
@@ -84,12 +85,12 @@ func (c *counters) count(req *protocol.Request, resps []protocol.Response) {
 
 // statsResponse answers "stats" (the proxy's own counters) and "stats proxy" (each server's
 // own stats, prefixed "pool:server:"). Other groups are unknown to a proxy.
-func (p *Proxy) statsResponse(ctx context.Context, t *Topology, req *protocol.Request) protocol.Response {
+func (p *Proxy) statsResponse(ctx context.Context, t *topology.Topology, req *protocol.Request) protocol.Response {
 	switch string(req.Args) {
 	case "":
 		return protocol.Response{Stats: p.generalStats()}
 	case "proxy":
-		return protocol.Response{Stats: p.serverStats(ctx, t)}
+		return protocol.Response{Stats: p.serverStats(t)}
 	default:
 		return protocol.Response{Status: protocol.StatusUnknownCommand}
 	}
@@ -157,36 +158,19 @@ func leftPad(s string, n int) string {
 	return s
 }
 
-// statser is a server that keeps its own counters: a remote server's are moxi's view of it
-// (requests, errors, connections), an embedded store's are its memcached-style stats.
-type statser interface {
-	Stats() []protocol.Stat
-}
-
-// serverStats lists every server with its counters, each line prefixed "pool:server:". A
-// server without counters of its own is asked for its "stats".
-func (p *Proxy) serverStats(ctx context.Context, t *Topology) []protocol.Stat {
+// serverStats lists every server with its "stats proxy" lines, each prefixed
+// "pool:server:": a remote server's are moxi's counters for it, an embedded store's are its
+// memcached-style stats.
+func (p *Proxy) serverStats(t *topology.Topology) []protocol.Stat {
 	var out []protocol.Stat
-	req := protocol.Request{Op: protocol.OpStats}
 	for _, pl := range t.Pools {
 		for i := range pl.Len() {
 			m := pl.Member(i)
 			prefix := pl.Name() + ":" + m.Name + ":"
 			out = append(out, protocol.Stat{Name: prefix + "addr", Value: m.Addr},
 				protocol.Stat{Name: prefix + "weight", Value: strconv.Itoa(m.Weight)})
-			if s, ok := m.Server.(statser); ok {
-				for _, st := range s.Stats() {
-					out = append(out, protocol.Stat{Name: prefix + st.Name, Value: st.Value})
-				}
-				continue
-			}
-			var resp [1]protocol.Response
-			if err := m.Server.Do(ctx, &req, resp[:]); err != nil {
-				out = append(out, protocol.Stat{Name: prefix + "error", Value: err.Error()})
-				continue
-			}
-			for _, s := range resp[0].Stats {
-				out = append(out, protocol.Stat{Name: prefix + s.Name, Value: s.Value})
+			for _, st := range m.Server.Stats() {
+				out = append(out, protocol.Stat{Name: prefix + st.Name, Value: st.Value})
 			}
 		}
 	}

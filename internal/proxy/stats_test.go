@@ -9,6 +9,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 func statsMap(t *testing.T, p *proxy.Proxy, args string) map[string]string {
@@ -132,7 +133,7 @@ func TestHandleGetHitAllocs(t *testing.T) {
 
 func getHitSetup(t testing.TB) (*proxy.Proxy, *protocol.Request, []protocol.Response) {
 	pl := newPool(t, "main", 1)
-	p := proxy.New(&proxy.Topology{Pools: []*pool.Pool{pl}, Default: pl}, proxy.Options{})
+	p := proxy.New(&topology.Topology{Pools: []*pool.Pool{pl}, Default: pl}, proxy.Options{})
 	set(t, p, "key", "value")
 	req := &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("key")}}
 	resps := p.Handle(context.Background(), req, make([]protocol.Response, 0, 4))

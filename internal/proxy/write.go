@@ -5,18 +5,19 @@ import (
 	"strconv"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 // write answers any single-key command but a retrieval: a set, add, replace, append,
 // prepend, cas, delete, incr, decr or touch. Writes of fire-and-forget keys are answered at
 // once and sent in the background; every other write is answered when its server has.
 // Either way the key's hot cache entry and shared fetches end before the answer.
-func (p *Proxy) write(ctx context.Context, t *Topology, req *protocol.Request, one []protocol.Response) {
+func (p *Proxy) write(ctx context.Context, t *topology.Topology, req *protocol.Request, one []protocol.Response) {
 	key, resp := req.Key, &one[0]
 	if t.Hot.Hot(key) {
 		t.Hot.Drop(key)
 	}
-	if req.Op.IsStorage() && req.Op != protocol.OpCas && t.fireAndForget(key) {
+	if req.Op.IsStorage() && req.Op != protocol.OpCas && t.InBackground(key) {
 		if err := p.queue.Enqueue(ctx, req); err != nil {
 			*resp = protocol.Response{Status: protocol.StatusTempFailure, Msg: "fire-and-forget: " + err.Error()}
 			return
@@ -35,7 +36,7 @@ func (p *Proxy) write(ctx context.Context, t *Topology, req *protocol.Request, o
 
 // settle ends what moxi holds of key's old value once a write of it is acknowledged: its
 // hot cache entry, and any fetch of it in flight, which later reads must not join.
-func (p *Proxy) settle(t *Topology, key []byte) {
+func (p *Proxy) settle(t *topology.Topology, key []byte) {
 	if t.Hot.Hot(key) {
 		t.Hot.Drop(key)
 	}

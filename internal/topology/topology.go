@@ -23,7 +23,6 @@ import (
 	"github.com/moxi-proxy/moxi/internal/migrate"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
-	"github.com/moxi-proxy/moxi/internal/proxy"
 )
 
 // Builder makes topologies and owns the servers they use. Safe for concurrent use, though
@@ -32,9 +31,6 @@ type Builder struct {
 	Logger *slog.Logger
 	// Dial false makes remote servers placeholders that never connect (for --check).
 	Dial bool
-	// Grace is how long a server that a reload dropped stays open, so that requests that
-	// started on the old topology can finish on it.
-	Grace time.Duration
 	// Latency, when set, gets each remote server's answer times, labelled pool and server.
 	Latency *prometheus.HistogramVec
 
@@ -67,7 +63,7 @@ type serverKey struct {
 // Pending is a topology built but not yet in service: Commit after installing it, or
 // Abort to close the servers it created.
 type Pending struct {
-	Topology   *proxy.Topology
+	Topology   *Topology
 	b          *Builder
 	servers    map[serverKey]pool.Server
 	created    []pool.Server
@@ -78,7 +74,7 @@ type Pending struct {
 func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	pd := &Pending{Topology: &proxy.Topology{}, b: b, servers: make(map[serverKey]pool.Server), migrations: make(map[migrationKey]*migrate.Migration)}
+	pd := &Pending{Topology: &Topology{}, b: b, servers: make(map[serverKey]pool.Server), migrations: make(map[migrationKey]*migrate.Migration)}
 	t := pd.Topology
 	byName := make(map[string]*pool.Pool, len(cfg.Pools))
 	for _, pc := range cfg.Pools {
@@ -104,7 +100,7 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 		}
 	}
 	for _, r := range cfg.Routes {
-		t.Routes = append(t.Routes, proxy.Route{Prefix: []byte(r.Prefix), Pool: byName[r.Pool]})
+		t.Routes = append(t.Routes, Route{Prefix: []byte(r.Prefix), Pool: byName[r.Pool]})
 	}
 	def := cfg.DefaultPool
 	if def == "" && len(cfg.Pools) == 1 {
@@ -215,8 +211,9 @@ func (b *Builder) server(pd *Pending, key serverKey, create func() pool.Server) 
 }
 
 // Commit makes pd the running topology's servers: those of the previous one that pd does
-// not use are closed after the grace period. Call it after installing pd.Topology.
-func (pd *Pending) Commit() {
+// not use are closed after grace, so that requests that started on the previous topology
+// can finish on them. Call it after installing pd.Topology.
+func (pd *Pending) Commit(grace time.Duration) {
 	b := pd.b
 	b.mu.Lock()
 	var drop []pool.Server
@@ -245,9 +242,9 @@ func (pd *Pending) Commit() {
 		return
 	}
 	b.retired.Add(1)
-	go func() {
+	go func() { // exits after grace; Close waits for it
 		defer b.retired.Done()
-		time.Sleep(b.Grace) // requests that started on the old topology finish meanwhile
+		time.Sleep(grace) // requests that started on the old topology finish meanwhile
 		closeAll(drop)
 	}()
 }
@@ -293,9 +290,7 @@ func (b *Builder) Close(ctx context.Context) error {
 
 func closeAll(servers []pool.Server) {
 	for _, s := range servers {
-		if c, ok := s.(interface{ Close() error }); ok {
-			_ = c.Close()
-		}
+		_ = s.Close()
 	}
 }
 
@@ -309,9 +304,15 @@ func (b *Builder) logger() *slog.Logger {
 // unconnected stands in for a remote server when only the topology's shape is wanted.
 type unconnected struct{}
 
+var _ pool.Server = unconnected{}
+
 func (unconnected) Do(context.Context, *protocol.Request, []protocol.Response) error {
 	return errors.New("not connected: topology built for --check")
 }
+func (unconnected) Up() bool               { return false }
+func (unconnected) Info() pool.Info        { return pool.Info{State: pool.StateDead} }
+func (unconnected) Stats() []protocol.Stat { return nil }
+func (unconnected) Close() error           { return nil }
 
 // ServerName is a server's ring identity: its configured name, else its address in
 // libmemcached's form.

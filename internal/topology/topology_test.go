@@ -27,20 +27,20 @@ func parse(t *testing.T, src string) *config.Config {
 // new, and the old one is closed after the grace period.
 func TestReloadReusesUnchangedServers(t *testing.T) {
 	mc := memcachedtest.Start(t)
-	b := &Builder{Dial: true, Grace: 10 * time.Millisecond}
+	b := &Builder{Dial: true}
 	defer b.Close(context.Background())
 	first := parse(t, "pools:\n  main:\n    servers: ["+mc.Addr+"]\n  local:\n    embedded: 2\ndefault_pool: main\n")
 	p1, err := b.Build(first)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p1.Commit()
+	p1.Commit(10 * time.Millisecond)
 	same := parse(t, "pools:\n  main:\n    retries: 3\n    servers: ["+mc.Addr+"]\n  local:\n    embedded: 2\ndefault_pool: main\nroutes:\n  - {prefix: \"l:\", pool: local}\n")
 	p2, err := b.Build(same)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2.Commit()
+	p2.Commit(10 * time.Millisecond)
 	for i, pl := range p1.Topology.Pools {
 		for j := range pl.Len() {
 			if p2.Topology.Pools[i].Member(j).Server != pl.Member(j).Server {
@@ -53,7 +53,7 @@ func TestReloadReusesUnchangedServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p3.Commit()
+	p3.Commit(10 * time.Millisecond)
 	if p3.Topology.Default.Member(0).Server == p1.Topology.Default.Member(0).Server {
 		t.Error("a new timeout reused the server built with the old one")
 	}

@@ -1,21 +1,50 @@
-package main
+// Package admin is the operator's view of a running moxi: the HTTP endpoints of the contract
+// (/metrics, /healthz, /servers, /migrations, /reload, /config, /debug/pprof/) and the
+// Prometheus collectors that read the running topology at scrape time.
+package admin
 
 import (
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/pprof"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/migrate"
-	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
-// adminHandler serves the admin HTTP endpoints of the contract.
-func adminHandler(reg *prometheus.Registry, px *proxy.Proxy, rl *reloader, withPprof bool) http.Handler {
+// Topologies gives the topology in service: the proxy.
+type Topologies interface {
+	Topology() *topology.Topology
+}
+
+// Migrations lists the running topology's migrations: the topology builder.
+type Migrations interface {
+	Migrations() []migrate.Status
+}
+
+// Reloader puts the config file in service again, and tells which config is in service.
+type Reloader interface {
+	Reload(source string) (summary string, err error)
+	Config() *config.Config
+}
+
+// Sources are what the endpoints read.
+type Sources struct {
+	Registry   *prometheus.Registry
+	Topologies Topologies
+	Migrations Migrations
+	Reloader   Reloader
+	Pprof      bool // serve /debug/pprof/
+}
+
+// Handler serves the admin HTTP endpoints of the contract.
+func Handler(src Sources) http.Handler {
+	reg, rl := src.Registry, src.Reloader
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -23,14 +52,14 @@ func adminHandler(reg *prometheus.Registry, px *proxy.Proxy, rl *reloader, withP
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /servers", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, px.Servers())
+		writeJSON(w, Servers(src.Topologies.Topology()))
 	})
 	mux.HandleFunc("GET /migrations", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, migrationsJSON(rl.builder.Migrations()))
+		writeJSON(w, migrationsJSON(src.Migrations.Migrations()))
 	})
 	mux.HandleFunc("POST /reload", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		summary, err := rl.reload("POST /reload")
+		summary, err := rl.Reload("POST /reload")
 		if err != nil {
 			w.WriteHeader(http.StatusBadRequest)
 			io.WriteString(w, err.Error()+"\n")
@@ -39,7 +68,7 @@ func adminHandler(reg *prometheus.Registry, px *proxy.Proxy, rl *reloader, withP
 		io.WriteString(w, summary)
 	})
 	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) {
-		out, err := rl.config().YAML()
+		out, err := rl.Config().YAML()
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -47,7 +76,7 @@ func adminHandler(reg *prometheus.Registry, px *proxy.Proxy, rl *reloader, withP
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(out)
 	})
-	if withPprof {
+	if src.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -62,32 +91,4 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
-}
-
-// migration is one entry of GET /migrations.
-type migration struct {
-	Pool       string `json:"pool"`
-	Name       string `json:"name"`
-	From       string `json:"from"`
-	To         string `json:"to"`
-	Phase      string `json:"phase"`
-	KeysCopied int64  `json:"keys_copied"`
-	KeysTotal  int64  `json:"keys_total"`
-	Started    string `json:"started"`
-	Finished   string `json:"finished"`
-	Error      string `json:"error"`
-}
-
-func migrationsJSON(sts []migrate.Status) []migration {
-	out := make([]migration, 0, len(sts))
-	stamp := func(t time.Time) string {
-		if t.IsZero() {
-			return ""
-		}
-		return t.UTC().Format(time.RFC3339Nano)
-	}
-	for _, st := range sts {
-		out = append(out, migration{st.Pool, st.Name, st.From, st.To, st.Phase, st.KeysCopied, st.KeysTotal, stamp(st.Started), stamp(st.Finished), st.Err})
-	}
-	return out
 }

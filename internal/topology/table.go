@@ -1,4 +1,4 @@
-package proxy
+package topology
 
 import (
 	"bytes"
@@ -13,8 +13,9 @@ type Route struct {
 	Pool   *pool.Pool
 }
 
-// Topology is an immutable routing table: the pools, the prefix routes tried in order and the
-// pool for every other key. A reload builds a new Topology and swaps it in whole.
+// Topology is an immutable routing table: the pools, the prefix routes tried in order, the
+// pool for every other key, and the per-key features. A reload builds a new Topology and the
+// proxy swaps it in whole; requests in flight finish on the one they started with.
 type Topology struct {
 	Pools   []*pool.Pool
 	Routes  []Route
@@ -28,8 +29,9 @@ type Topology struct {
 	FireAndForget [][]byte        // prefixes whose writes are answered at once and sent in the background
 }
 
-// fireAndForget reports whether writes of key are sent in the background.
-func (t *Topology) fireAndForget(key []byte) bool {
+// InBackground reports whether writes of key are fire-and-forget: answered at once and
+// sent in the background.
+func (t *Topology) InBackground(key []byte) bool {
 	for _, p := range t.FireAndForget {
 		if bytes.HasPrefix(key, p) {
 			return true
@@ -52,4 +54,15 @@ func (t *Topology) PoolFor(key []byte) *pool.Pool {
 func (t *Topology) Locate(key []byte) *pool.Member {
 	p := t.PoolFor(key)
 	return p.Member(p.Locate(key))
+}
+
+// Members is every member of every pool, in config order.
+func (t *Topology) Members() []*pool.Member {
+	var ms []*pool.Member
+	for _, pl := range t.Pools {
+		for i := range pl.Len() {
+			ms = append(ms, pl.Member(i))
+		}
+	}
+	return ms
 }

@@ -1,0 +1,190 @@
+// Package reload puts a changed config file in service without a restart: a new topology is
+// built beside the running one, reusing its unchanged servers, and swapped in whole; a file
+// that fails to load or build changes nothing.
+package reload
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/topology"
+)
+
+// WatchInterval is how often Watch looks at the file.
+const WatchInterval = time.Second
+
+// Sum identifies the bytes a config was parsed from. The zero Sum is the built-in default.
+type Sum [sha256.Size]byte
+
+// Loaded is a config and the identity of the bytes it was parsed from: the watcher compares
+// the file against what was last applied, not against what it saw last.
+type Loaded struct {
+	Config *config.Config
+	Sum    Sum
+}
+
+// Load reads and parses the file at path, or the built-in default when path is "", and then
+// lets override adjust it (the command line's --listen and --admin); override may be nil.
+func Load(path string, override func(*config.Config) error) (Loaded, error) {
+	var l Loaded
+	if path == "" {
+		l.Config = config.Default()
+	} else {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Loaded{}, fmt.Errorf("read config: %w", err)
+		}
+		if l.Config, err = config.Parse(data, path); err != nil {
+			return Loaded{}, err
+		}
+		l.Sum = sha256.Sum256(data)
+	}
+	if override != nil {
+		if err := override(l.Config); err != nil {
+			return Loaded{}, err
+		}
+	}
+	return l, nil
+}
+
+// Options configure a Reloader.
+type Options struct {
+	Path     string                             // the config file; "" = the built-in default, nothing to reload
+	Override func(*config.Config) error         // applied after every load (command-line flags); may be nil
+	Builder  *topology.Builder                  // builds the new topology beside the running one
+	Swap     func(t *topology.Topology)         // puts a built topology in service (the proxy's Swap)
+	Logger   *slog.Logger                       // nil = slog.Default()
+	Registry prometheus.Registerer              // moxi_config_reloads_total goes here; nil = not exported
+	Grace    func(*config.Config) time.Duration // how long a request may take under a config
+}
+
+// Reloader applies the config file to the running moxi, one reload at a time. Safe for
+// concurrent use: SIGHUP, POST /reload and the watcher may ask at once.
+type Reloader struct {
+	opts    Options
+	startup *config.Config // the config moxi started with: restart-only settings are compared to it
+	reloads *prometheus.CounterVec
+	current atomic.Pointer[config.Config]
+
+	mu      sync.Mutex // one reload at a time; guards applied and tried
+	applied Sum        // the bytes in service
+	tried   Sum        // the bytes the watcher last tried, applied or not
+}
+
+// New returns a Reloader for a moxi running initial, which must be in service already.
+func New(opts Options, initial Loaded) *Reloader {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	r := &Reloader{opts: opts, startup: initial.Config, applied: initial.Sum, tried: initial.Sum}
+	r.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moxi_config_reloads_total",
+		Help: "Config reloads, by result: ok or error.",
+	}, []string{"result"})
+	r.reloads.WithLabelValues("ok")
+	r.reloads.WithLabelValues("error")
+	reg.MustRegister(r.reloads)
+	r.current.Store(initial.Config)
+	return r
+}
+
+// Config is the config in service.
+func (r *Reloader) Config() *config.Config { return r.current.Load() }
+
+// Reload loads the config file again and puts it in service. It returns a summary of what
+// changed, one line each, or why nothing did. source names who asked, for the log.
+func (r *Reloader) Reload(source string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reloadLocked(source)
+}
+
+func (r *Reloader) reloadLocked(source string) (string, error) {
+	summary, err := r.apply()
+	if err != nil {
+		r.reloads.WithLabelValues("error").Inc()
+		r.opts.Logger.Error("config reload rejected; the running topology is kept", "source", source, "err", err)
+		return "", err
+	}
+	r.reloads.WithLabelValues("ok").Inc()
+	r.opts.Logger.Info("config reloaded", "source", source, "changes", strings.TrimSpace(strings.ReplaceAll(summary, "\n", "; ")))
+	return summary, nil
+}
+
+// apply is one reload; the caller holds mu.
+func (r *Reloader) apply() (string, error) {
+	if r.opts.Path == "" {
+		return "", errors.New("moxi runs its built-in default (no --config): there is no file to reload")
+	}
+	next, err := Load(r.opts.Path, r.opts.Override)
+	if err != nil {
+		return "", err
+	}
+	r.tried = next.Sum
+	prev := r.current.Load()
+	pending, err := r.opts.Builder.Build(next.Config)
+	if err != nil {
+		return "", err
+	}
+	r.opts.Swap(pending.Topology)
+	grace := time.Duration(0)
+	if r.opts.Grace != nil {
+		grace = max(r.opts.Grace(prev), r.opts.Grace(next.Config))
+	}
+	pending.Commit(grace)
+	r.current.Store(next.Config)
+	r.applied = next.Sum
+	return describeChanges(prev, next.Config, r.startup), nil
+}
+
+// Watch reloads when the config file's content differs from what is in service, while
+// watch_config is on, until ctx ends. It reads the file through any symlinks (a Kubernetes
+// ConfigMap update swaps a symlink to a new directory) every WatchInterval; content that
+// failed to load is not tried again until it changes.
+func (r *Reloader) Watch(ctx context.Context) {
+	if r.opts.Path == "" {
+		return
+	}
+	t := time.NewTicker(WatchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !r.Config().WatchConfig {
+			continue
+		}
+		data, err := os.ReadFile(r.opts.Path)
+		if err != nil || len(strings.TrimSpace(string(data))) == 0 {
+			continue // missing or empty for a moment (mid-write): look again
+		}
+		sum := Sum(sha256.Sum256(data))
+		r.mu.Lock()
+		switch sum {
+		case r.applied:
+			r.tried = sum // back to what is in service: a later edit is new again
+		case r.tried:
+			// failed to load before, unchanged since
+		default:
+			_, _ = r.reloadLocked("file change")
+		}
+		r.mu.Unlock()
+	}
+}

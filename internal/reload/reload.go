@@ -36,6 +36,8 @@ type Loaded struct {
 
 // Load reads and parses the file at path, or the built-in default when path is "", and then
 // lets override adjust it (the command line's --listen and --admin); override may be nil.
+// When the file was read but is not a valid config, the error comes with Sum set and no
+// Config.
 func Load(path string, override func(*config.Config) error) (Loaded, error) {
 	var l Loaded
 	if path == "" {
@@ -45,14 +47,14 @@ func Load(path string, override func(*config.Config) error) (Loaded, error) {
 		if err != nil {
 			return Loaded{}, fmt.Errorf("read config: %w", err)
 		}
-		if l.Config, err = config.Parse(data, path); err != nil {
-			return Loaded{}, err
-		}
 		l.Sum = sha256.Sum256(data)
+		if l.Config, err = config.Parse(data, path); err != nil {
+			return Loaded{Sum: l.Sum}, err
+		}
 	}
 	if override != nil {
 		if err := override(l.Config); err != nil {
-			return Loaded{}, err
+			return Loaded{Sum: l.Sum}, err
 		}
 	}
 	return l, nil
@@ -67,6 +69,7 @@ type Options struct {
 	Logger   *slog.Logger                       // nil = slog.Default()
 	Registry prometheus.Registerer              // moxi_config_reloads_total goes here; nil = not exported
 	Grace    func(*config.Config) time.Duration // how long a request may take under a config
+	Interval time.Duration                      // how often Watch looks at the file; default WatchInterval
 }
 
 // Reloader applies the config file to the running moxi, one reload at a time. Safe for
@@ -132,10 +135,10 @@ func (r *Reloader) apply() (string, error) {
 		return "", errors.New("moxi runs its built-in default (no --config): there is no file to reload")
 	}
 	next, err := Load(r.opts.Path, r.opts.Override)
+	r.tried = next.Sum
 	if err != nil {
 		return "", err
 	}
-	r.tried = next.Sum
 	prev := r.current.Load()
 	pending, err := r.opts.Builder.Build(next.Config)
 	if err != nil {
@@ -160,7 +163,11 @@ func (r *Reloader) Watch(ctx context.Context) {
 	if r.opts.Path == "" {
 		return
 	}
-	t := time.NewTicker(WatchInterval)
+	interval := r.opts.Interval
+	if interval <= 0 {
+		interval = WatchInterval
+	}
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {

@@ -1,0 +1,195 @@
+package reload
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+
+	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/topology"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// shards is a config of one embedded pool of n shards, so that changing n makes a reload
+// build and retire servers.
+func shards(n int) string {
+	return "listen: 127.0.0.1:0\nadmin: \"\"\npools:\n  main:\n    embedded: " + string(rune('0'+n)) + "\n"
+}
+
+// harness is a Reloader over a real Builder and a file in a temporary directory.
+type harness struct {
+	t      *testing.T
+	path   string
+	r      *Reloader
+	reg    *prometheus.Registry
+	b      *topology.Builder
+	mu     sync.Mutex
+	swaps  int
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newHarness(t *testing.T, initial string) *harness {
+	t.Helper()
+	h := &harness{t: t, path: filepath.Join(t.TempDir(), "moxi.yaml"), reg: prometheus.NewRegistry(), b: &topology.Builder{Logger: slog.New(slog.DiscardHandler)}}
+	h.write(initial)
+	loaded, err := Load(h.path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := h.b.Build(loaded.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd.Commit(0)
+	h.r = New(Options{
+		Path: h.path, Builder: h.b, Registry: h.reg, Interval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Swap:  func(*topology.Topology) { h.mu.Lock(); h.swaps++; h.mu.Unlock() },
+		Grace: func(*config.Config) time.Duration { return 5 * time.Millisecond },
+	}, loaded)
+	t.Cleanup(func() {
+		h.stopWatching()
+		if err := h.b.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return h
+}
+
+func (h *harness) write(body string) {
+	h.t.Helper()
+	// A new file renamed into place, as editors and ConfigMap updates do.
+	tmp := h.path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, h.path); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) watch() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan struct{})
+	go func() { defer close(h.done); h.r.Watch(ctx) }()
+}
+
+func (h *harness) stopWatching() {
+	if h.cancel != nil {
+		h.cancel()
+		<-h.done
+		h.cancel = nil
+	}
+}
+
+func (h *harness) reloads(result string) float64 {
+	var m dto.Metric
+	if err := h.r.reloads.WithLabelValues(result).Write(&m); err != nil {
+		h.t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func (h *harness) embedded() int { return h.r.Config().Pools[0].Embedded }
+
+// waitFor polls cond for up to 10 s.
+func (h *harness) waitFor(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestWatchAppliesEditBeforeWatchStarts: an edit made between loading the config and the
+// watcher's start is applied; the watcher compares with the bytes in service, not with
+// what it first saw.
+func TestWatchAppliesEditBeforeWatchStarts(t *testing.T) {
+	h := newHarness(t, shards(1))
+	h.write(shards(2))
+	h.watch()
+	h.waitFor("edit applied", func() bool { return h.embedded() == 2 })
+	if n := h.reloads("ok"); n != 1 {
+		t.Errorf("%v reloads, want 1", n)
+	}
+}
+
+// TestReloadByAnyPathIsNotRepeatedByTheWatcher: a file applied by SIGHUP or POST /reload is
+// in service; the watcher does not apply it again.
+func TestReloadByAnyPathIsNotRepeatedByTheWatcher(t *testing.T) {
+	h := newHarness(t, shards(1))
+	h.write(shards(2))
+	if _, err := h.r.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	h.watch()
+	// Wait until the watcher has certainly looked at the file (an edit to a third content
+	// is applied), which it does after looking at the second one.
+	time.Sleep(100 * time.Millisecond) // ~10 looks; none may reload
+	if n := h.reloads("ok"); n != 1 {
+		t.Fatalf("%v reloads after the watcher saw the file already in service, want 1", n)
+	}
+	h.write(shards(3))
+	h.waitFor("edit applied", func() bool { return h.embedded() == 3 })
+	if n := h.reloads("ok"); n != 2 {
+		t.Errorf("%v reloads, want 2", n)
+	}
+}
+
+// TestWatchTriesBadContentOnce: a file that fails to load is reported once, not every
+// second, and the next good edit is applied.
+func TestWatchTriesBadContentOnce(t *testing.T) {
+	h := newHarness(t, shards(1))
+	h.watch()
+	h.write("pools:\n  main:\n    distribution: nope\n    embedded: 1\n")
+	h.waitFor("bad file reported", func() bool { return h.reloads("error") == 1 })
+	time.Sleep(100 * time.Millisecond) // ~10 more looks at the same bad bytes
+	if n := h.reloads("error"); n != 1 {
+		t.Errorf("bad file reported %v times, want once", n)
+	}
+	h.write(shards(2))
+	h.waitFor("good edit applied", func() bool { return h.embedded() == 2 })
+	if h.embedded() != 2 || h.reloads("ok") != 1 {
+		t.Errorf("embedded %d, %v ok reloads", h.embedded(), h.reloads("ok"))
+	}
+}
+
+// TestConcurrentReloads: SIGHUP, POST /reload and the watcher reloading at once, each
+// retiring servers after a grace period, share no state (run with -race).
+func TestConcurrentReloads(t *testing.T) {
+	h := newHarness(t, shards(1))
+	h.watch()
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				if w == 0 {
+					h.write(shards(1 + i%3))
+				}
+				if _, err := h.r.Reload("test"); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	h.stopWatching()
+	if n := h.reloads("error"); n != 0 {
+		t.Errorf("%v failed reloads", n)
+	}
+}

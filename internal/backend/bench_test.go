@@ -13,7 +13,7 @@ import (
 func benchServer(b *testing.B) *Server {
 	b.Helper()
 	mc := memcachedtest.Start(b)
-	s := New(Options{Addr: mc.Addr, Timeout: 5 * time.Second})
+	s := New(withDefaults(Options{Addr: mc.Addr, Timeout: 5 * time.Second}))
 	b.Cleanup(func() { s.Close() })
 	resps := make([]protocol.Response, 1)
 	for i := range 100 {

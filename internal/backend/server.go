@@ -19,46 +19,36 @@ import (
 
 var _ pool.Server = (*Server)(nil)
 
-// Options configure a Server. Zero values take the documented defaults.
+// Options configure a Server. Connections, ConnectTimeout, Timeout, FailureLimit, RetryMin
+// and RetryMax are required (New panics without them): their defaults are the config's, the
+// one table of defaults (config.NewPool), which the topology passes on.
 type Options struct {
 	Addr           string          // host:port of the memcached server
-	Connections    int             // persistent connections; default 4
-	ConnectTimeout time.Duration   // per dial; default 1s
-	Timeout        time.Duration   // per request, from send to answer; default 250ms
-	FailureLimit   int             // consecutive failures that mark the server dead; default 2
-	RetryMin       time.Duration   // first wait before probing a dead server; default 100ms
-	RetryMax       time.Duration   // the wait doubles up to this; default 10s
-	MaxInFlight    int             // requests waiting for answers; past it a request waits up to Timeout for room; default 4096
+	Connections    int             // persistent connections
+	ConnectTimeout time.Duration   // per dial
+	Timeout        time.Duration   // per request, from send to answer
+	FailureLimit   int             // consecutive failures that mark the server dead
+	RetryMin       time.Duration   // first wait before probing a dead server
+	RetryMax       time.Duration   // the wait doubles up to this
+	MaxInFlight    int             // requests waiting for answers; past it a request waits up to Timeout for room; 0 = MaxInFlight
 	Limits         protocol.Limits // bounds on answers; protocol.DefaultLimits when zero
 	Logger         *slog.Logger    // nil = slog.Default()
 	// Observe, when set, is given the seconds from send to answer of every answered request.
 	Observe func(seconds float64)
 }
 
+// MaxInFlight is the contract's bound on the requests waiting for one server at a time.
+const MaxInFlight = 4096
+
 func (o *Options) setDefaults() {
-	if o.Connections <= 0 {
-		o.Connections = 4
-	}
-	if o.ConnectTimeout <= 0 {
-		o.ConnectTimeout = time.Second
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 250 * time.Millisecond
-	}
-	if o.FailureLimit <= 0 {
-		o.FailureLimit = 2
+	if o.Connections <= 0 || o.ConnectTimeout <= 0 || o.Timeout <= 0 || o.FailureLimit <= 0 || o.RetryMin <= 0 || o.RetryMax < o.RetryMin {
+		panic(fmt.Sprintf("backend: incomplete Options for %s: %+v", o.Addr, *o))
 	}
 	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = 4096
-	}
-	if o.RetryMin <= 0 {
-		o.RetryMin = 100 * time.Millisecond
-	}
-	if o.RetryMax < o.RetryMin {
-		o.RetryMax = max(10*time.Second, o.RetryMin)
+		o.MaxInFlight = MaxInFlight
 	}
 	if o.Limits == (protocol.Limits{}) {
-		o.Limits = protocol.DefaultLimits
+		o.Limits = protocol.DefaultLimits()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

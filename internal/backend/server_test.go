@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) {
 func newServer(t *testing.T, addr string, opts Options) *Server {
 	t.Helper()
 	opts.Addr = addr
-	s := New(opts)
+	s := New(withDefaults(opts))
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -226,7 +227,7 @@ func (f *fakeServer) serve(c net.Conn) {
 	defer f.wg.Done()
 	defer c.Close()
 	br := bufio.NewReader(c)
-	dec := protocol.NewBinaryReader(br, protocol.DefaultLimits)
+	dec := protocol.NewBinaryReader(br, protocol.DefaultLimits())
 	var req protocol.Request
 	for {
 		if err := dec.Read(&req); err != nil {
@@ -343,4 +344,25 @@ func TestRefusedFailsFast(t *testing.T) {
 			t.Fatalf("refused get took %v (timeout 2s): %v", d, err)
 		}
 	}
+}
+
+// withDefaults fills the settings opts leaves zero with the config's defaults.
+func withDefaults(opts Options) Options {
+	d := config.NewPool("")
+	set := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	if opts.Connections == 0 {
+		opts.Connections = d.Connections
+	}
+	if opts.FailureLimit == 0 {
+		opts.FailureLimit = d.FailureLimit
+	}
+	set(&opts.ConnectTimeout, d.ConnectTimeout)
+	set(&opts.Timeout, d.Timeout)
+	set(&opts.RetryMin, d.DeadBackoff)
+	set(&opts.RetryMax, max(d.DeadBackoffMax, opts.RetryMin))
+	return opts
 }

@@ -7,12 +7,19 @@
 // ("moxi.yaml:14: pools.main.conections: unknown key"), and so that an absent key can be
 // told from an explicit false or zero. An explicit null (`key:` with no value) counts as
 // absent and leaves the default.
+//
+// The rest of the package serves what surrounds a loaded Config: Config.YAML writes it
+// back out for --check and GET /config, Diff tells a reload what changed, and Default and
+// NewPool hand other packages the contract's defaults.
 package config
 
 import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // Config is one loaded topology. Parse and Default return a fresh value that nothing else
@@ -45,8 +52,8 @@ type Limits struct {
 // Pool is one named set of servers sharing a key distribution.
 type Pool struct {
 	Name         string
-	Distribution string   // ketama | jump | modula
-	Hash         string   // one of twemproxy's hash names, e.g. md5, fnv1a_64
+	Distribution string   // one of pool.Distributions(): ketama | jump | modula
+	Hash         string   // one of hashkit.Names(), twemproxy's hash names, e.g. md5, fnv1a_64
 	Servers      []Server // in file order; nil for an embedded pool
 
 	Connections    int           // persistent connections per server
@@ -67,8 +74,8 @@ type Pool struct {
 // Server is one backend memcached server of a pool.
 type Server struct {
 	// Name is the ring identity as given in the file, or "" when none was given: the ring
-	// then derives it from Addr the way twemproxy and libmemcached do ("host" when the port
-	// is 11211, else "host:port"), which keeps key placement compatible with them.
+	// then derives it from Addr the way twemproxy and libmemcached do (see RingName), which
+	// keeps key placement compatible with them.
 	Name        string
 	Addr        string // host:port, port in canonical decimal form
 	Weight      int    // at least 1
@@ -95,19 +102,17 @@ type FireAndForget struct {
 	MaxPending int // writes queued beyond this wait instead of growing memory
 }
 
-// The contract's defaults, in one place so that Parse, Default and the tests agree.
+// The contract's defaults: moxi's one table of them. Parse starts from them, and other
+// packages read them through Default and NewPool rather than repeating the numbers.
 const (
 	defaultListen          = "127.0.0.1:11211"
 	defaultAdmin           = "127.0.0.1:9151"
 	defaultShutdownTimeout = 10 * time.Second
 
-	defaultMaxConnections  = 10000
-	defaultMaxKeyBytes     = 250
-	defaultMaxValueBytes   = 1048576
-	defaultMaxMultigetKeys = 10000
+	defaultMaxConnections = 10000
 
-	defaultDistribution     = "ketama"
-	defaultHash             = "md5"
+	defaultDistribution     = pool.DefaultDistribution
+	defaultHash             = pool.DefaultHash
 	defaultConnections      = 4
 	defaultConnectTimeout   = time.Second
 	defaultTimeout          = 250 * time.Millisecond
@@ -124,15 +129,16 @@ const (
 
 // newConfig returns the top-level defaults, with no pools.
 func newConfig() *Config {
+	lim := protocol.DefaultLimits() // the codec's limits are the defaults of the config's
 	return &Config{
 		Listen:          defaultListen,
 		Admin:           defaultAdmin,
 		ShutdownTimeout: defaultShutdownTimeout,
 		Limits: Limits{
 			MaxConnections:  defaultMaxConnections,
-			MaxKeyBytes:     defaultMaxKeyBytes,
-			MaxValueBytes:   defaultMaxValueBytes,
-			MaxMultigetKeys: defaultMaxMultigetKeys,
+			MaxKeyBytes:     lim.MaxKeyBytes,
+			MaxValueBytes:   lim.MaxValueBytes,
+			MaxMultigetKeys: lim.MaxMultigetKeys,
 		},
 		WatchConfig:   true,
 		Dedup:         true,
@@ -141,8 +147,10 @@ func newConfig() *Config {
 	}
 }
 
-// newPool returns a pool with every default and no servers.
-func newPool(name string) *Pool {
+// NewPool returns a pool called name with every default of the contract and neither
+// servers nor embedded shards: what Parse starts each pool from, and where other packages
+// find a pool setting's default. Each call returns a new Pool.
+func NewPool(name string) *Pool {
 	return &Pool{
 		Name:             name,
 		Distribution:     defaultDistribution,
@@ -161,10 +169,11 @@ func newPool(name string) *Pool {
 
 // Default is the topology moxi runs without --config: clients on 127.0.0.1:11211, admin on
 // 127.0.0.1:9151, and one pool "main" of 2 embedded shards, so that `moxi` alone is a
-// working cache. configs/embedded.yaml is the same topology written out.
+// working cache. configs/embedded.yaml is the same topology written out. Its top-level
+// settings are the contract's defaults. Each call returns a new Config.
 func Default() *Config {
 	c := newConfig()
-	p := newPool("main")
+	p := NewPool("main")
 	p.Embedded = 2
 	c.Pools = []*Pool{p}
 	c.DefaultPool = p.Name

@@ -34,7 +34,7 @@ func contractConfig() *Config {
 		EmbeddedMemoryMB: 64,
 		MigrateRate:      0,
 	}
-	spare := newPool("spare")
+	spare := NewPool("spare")
 	spare.Servers = []Server{{Addr: "127.0.0.1:11300", Weight: 1, Line: 35}}
 	return &Config{
 		Listen:          "127.0.0.1:11211",
@@ -152,7 +152,7 @@ func TestConfigsDir(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	c := mustParse(t, "pools:\n  p:\n    servers: [10.0.0.1:11211]\n")
 	want := Default()
-	p := newPool("p")
+	p := NewPool("p")
 	p.Servers = []Server{{Addr: "10.0.0.1:11211", Weight: 1, Line: 3}}
 	want.Pools = []*Pool{p}
 	want.DefaultPool = "p"

@@ -10,14 +10,10 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
-)
 
-// Read-only tables of the accepted names.
-var (
-	distributions = []string{"ketama", "jump", "modula"}
-	// twemproxy's hash names (nutcracker.yml `hash:`), so that its files carry over.
-	hashes = []string{"one_at_a_time", "md5", "crc16", "crc32", "crc32a", "fnv1_64", "fnv1a_64",
-		"fnv1_32", "fnv1a_32", "hsieh", "murmur", "jenkins"}
+	"github.com/moxi-proxy/moxi/internal/hashkit"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // Upper bounds that catch typos before they become memory: each knob below allocates in
@@ -117,7 +113,7 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 		"limits": func(v *yaml.Node, path string) {
 			d.mapping(v, path, map[string]field{
 				"max_connections":   d.integer(&c.Limits.MaxConnections, 1, math.MaxInt),
-				"max_key_bytes":     d.integer(&c.Limits.MaxKeyBytes, 1, defaultMaxKeyBytes),
+				"max_key_bytes":     d.integer(&c.Limits.MaxKeyBytes, 1, protocol.MaxKeyLength),
 				"max_value_bytes":   d.integer(&c.Limits.MaxValueBytes, 1, maxValueBytes),
 				"max_multiget_keys": d.integer(&c.Limits.MaxMultigetKeys, 1, math.MaxInt),
 			})
@@ -180,7 +176,7 @@ func (d *decoder) pools(v *yaml.Node, path string, l *links) []*Pool {
 			d.fail(k, at, "a pool needs a name")
 			return
 		}
-		p := newPool(name)
+		p := NewPool(name)
 		if b := d.pool(p, k, pv, at); b != nil {
 			l.backups[name] = b
 		}
@@ -191,9 +187,11 @@ func (d *decoder) pools(v *yaml.Node, path string, l *links) []*Pool {
 
 // pool reads one pool's settings into p and returns the node of its backup, if any.
 func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) *yaml.Node {
+	// The names come from the packages that implement them, so that every name accepted
+	// here builds and every one they build is accepted.
 	seen := d.mapping(v, path, map[string]field{
-		"distribution":       d.oneOf(&p.Distribution, "distribution", distributions),
-		"hash":               d.oneOf(&p.Hash, "hash", hashes),
+		"distribution":       d.oneOf(&p.Distribution, "distribution", pool.Distributions()),
+		"hash":               d.oneOf(&p.Hash, "hash", hashkit.Names()),
 		"servers":            d.servers(&p.Servers),
 		"connections":        d.integer(&p.Connections, 1, maxPoolConnections),
 		"connect_timeout":    d.duration(&p.ConnectTimeout, true),

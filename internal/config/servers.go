@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/moxi-proxy/moxi/internal/ketama"
 )
 
 // canonAddr checks that s is host:port and returns it with the port in canonical decimal
@@ -29,21 +31,27 @@ func canonAddr(s string, listening bool) (string, bool) {
 	return net.JoinHostPort(host, strconv.Itoa(p)), true
 }
 
-// ringName is the identity a server has on the ring: its name, else what twemproxy
-// derives from the address ("host" when the port is 11211, else "host:port"). Two
-// servers of a pool with one identity would share ring points, hence an error.
-func ringName(s Server) string {
+// RingName is the server's identity on the ring: its Name, else the name twemproxy and
+// libmemcached derive from Addr (ketama.ServerName: "host" when the port is 11211, else
+// "host:port", an IPv6 host without brackets). Two servers of a pool with one identity
+// would share ring points, so Parse rejects that.
+func (s Server) RingName() string {
 	if s.Name != "" {
 		return s.Name
 	}
-	host, port, err := net.SplitHostPort(s.Addr)
-	if err == nil && port == "11211" {
-		return host
-	}
-	return s.Addr
+	return ketama.ServerName(s.Addr)
 }
 
-const badAddr = "bad address %q: want host:port with a port from 1 to 65535"
+// badAddr says why s is not a server address. twemproxy writes an IPv6 host bare
+// ("::1:11211:1"), which is ambiguous once the weight is optional, so moxi wants brackets
+// and says so to someone carrying such a file over.
+func badAddr(s string) string {
+	msg := fmt.Sprintf("bad address %q: want host:port with a port from 1 to 65535", s)
+	if strings.Count(s, ":") > 2 && !strings.Contains(s, "[") {
+		msg += `; an IPv6 host goes in brackets, as in "[::1]:11211"`
+	}
+	return msg
+}
 
 // servers reads a pool's server list: each entry a twemproxy-style string or a map.
 func (d *decoder) servers(dst *[]Server) field {
@@ -66,11 +74,11 @@ func (d *decoder) servers(dst *[]Server) field {
 				d.fail(e, at, "duplicate server address %s (first at line %d)", s.Addr, line)
 				continue
 			}
-			if line, dup := names[ringName(s)]; dup {
-				d.fail(e, at, "duplicate server name %q (first at line %d)", ringName(s), line)
+			if line, dup := names[s.RingName()]; dup {
+				d.fail(e, at, "duplicate server name %q (first at line %d)", s.RingName(), line)
 				continue
 			}
-			addrs[s.Addr], names[ringName(s)] = s.Line, s.Line
+			addrs[s.Addr], names[s.RingName()] = s.Line, s.Line
 			out = append(out, s)
 		}
 		*dst = out
@@ -102,7 +110,7 @@ func (d *decoder) server(e *yaml.Node, path string) (Server, bool) {
 		d.fail(e, join(path, "addr"), "required")
 	} else if v.Kind == yaml.ScalarNode {
 		if s.Addr, _ = canonAddr(addr, false); s.Addr == "" {
-			d.fail(v, join(path, "addr"), badAddr, addr)
+			d.fail(v, join(path, "addr"), "%s", badAddr(addr))
 		}
 	}
 	if v := seen["name"]; v != nil && !isNull(v) && s.Name == "" && v.Kind == yaml.ScalarNode {
@@ -111,7 +119,7 @@ func (d *decoder) server(e *yaml.Node, path string) (Server, bool) {
 	if v := seen["migrate_from"]; v != nil && !isNull(v) && v.Kind == yaml.ScalarNode {
 		at := join(path, "migrate_from")
 		if s.MigrateFrom, _ = canonAddr(from, false); s.MigrateFrom == "" {
-			d.fail(v, at, badAddr, from)
+			d.fail(v, at, "%s", badAddr(from))
 		} else if s.MigrateFrom == s.Addr {
 			d.fail(v, at, "same as addr; a server cannot migrate from itself")
 		}
@@ -141,11 +149,11 @@ func (d *decoder) serverString(e *yaml.Node, path string) (Server, bool) {
 		// last colon is the weight's in either case.
 		i := strings.LastIndexByte(f[0], ':')
 		if i < 0 {
-			d.fail(e, path, badAddr, f[0])
+			d.fail(e, path, "%s", badAddr(f[0]))
 			return s, false
 		}
 		if addr, ok = canonAddr(f[0][:i], false); !ok {
-			d.fail(e, path, badAddr, f[0])
+			d.fail(e, path, "%s", badAddr(f[0]))
 			return s, false
 		}
 		w, err := strconv.Atoi(f[0][i+1:])

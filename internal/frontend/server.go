@@ -158,7 +158,7 @@ func (s *Server) logger() *slog.Logger {
 
 func (s *Server) limits() protocol.Limits {
 	if s.Limits == (protocol.Limits{}) {
-		return protocol.DefaultLimits
+		return protocol.DefaultLimits()
 	}
 	return s.Limits
 }

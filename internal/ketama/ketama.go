@@ -38,18 +38,29 @@ type Node struct {
 	Weight int
 }
 
-// ServerName is twemproxy's default ring name of a server at addr ("host:port"): "host"
-// when the port is 11211, addr itself otherwise. The port is the text after the last
-// colon, read as twemproxy reads it (so "[::1]:11211" gives "[::1]").
+// ServerName is the ring name twemproxy and libmemcached give a server at addr
+// ("host:port") that has no name of its own: "host" when the port is 11211, "host:port"
+// otherwise. moxi has no other copy of this rule: a server's default name must be the
+// same wherever it is computed, or two parts of moxi would disagree about a key's server.
+//
+// The port is the text after the last colon, as twemproxy reads "host:port:weight". An
+// IPv6 host loses its brackets: "[::1]:11211" gives "::1" and "[::1]:11212" gives
+// "::1:11212". twemproxy reaches an IPv6 server only when it is written without brackets
+// ("::1:11212:1"; with brackets getaddrinfo fails), and libmemcached keeps the bare host,
+// so these are the names their rings use for the same server.
 func ServerName(addr string) string {
 	i := strings.LastIndexByte(addr, ':')
 	if i < 0 {
 		return addr
 	}
-	if p, err := strconv.Atoi(addr[i+1:]); err == nil && p == defaultPort {
-		return addr[:i]
+	host, port := addr[:i], addr[i+1:]
+	if len(host) >= 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
 	}
-	return addr
+	if p, err := strconv.Atoi(port); err == nil && p == defaultPort {
+		return host
+	}
+	return host + ":" + port
 }
 
 // Ring is an immutable ketama continuum. It is safe for concurrent use; build a new one

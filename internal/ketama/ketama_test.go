@@ -16,8 +16,11 @@ func TestServerName(t *testing.T) {
 		{"default port dropped", "127.0.0.1:11211", "127.0.0.1"},
 		{"other port kept", "127.0.0.1:11212", "127.0.0.1:11212"},
 		{"hostname default port", "mc1.example:11211", "mc1.example"},
-		{"ipv6 default port", "[::1]:11211", "[::1]"},
-		{"ipv6 other port", "[::1]:11300", "[::1]:11300"},
+		{"ipv6 default port", "[::1]:11211", "::1"},
+		{"ipv6 other port", "[::1]:11300", "::1:11300"},
+		{"ipv6 as twemproxy writes it, default port", "::1:11211", "::1"},
+		{"ipv6 as twemproxy writes it, other port", "::1:11300", "::1:11300"},
+		{"ipv6 with zone", "[fe80::1%eth0]:11211", "fe80::1%eth0"},
 		{"port read as a number", "mc1:011211", "mc1"},
 		{"no port", "mc1", "mc1"},
 	}

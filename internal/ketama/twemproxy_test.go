@@ -316,3 +316,48 @@ func readLine(t *testing.T, r *bufio.Reader) string {
 	}
 	return strings.TrimSuffix(line, "\r\n")
 }
+
+// TestTwemproxyLiveIPv6 checks the IPv6 form of ServerName against a real nutcracker.
+// nutcracker reaches an IPv6 server only when it is written without brackets
+// ("::1:PORT:1"), while moxi's config holds the bracketed "[::1]:PORT"; placing keys by
+// ServerName of the bracketed form must match nutcracker's placement.
+func TestTwemproxyLiveIPv6(t *testing.T) {
+	l, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	l.Close()
+	mcs := startMemcached(t, "::1", 3)
+	weights := []int{1, 2, 1}
+	var specs []string
+	nodes := make([]ketama.Node, len(mcs))
+	for i, a := range mcs {
+		host, port, _ := net.SplitHostPort(a)
+		specs = append(specs, fmt.Sprintf("%s:%s:%d", host, port, weights[i]))
+		nodes[i] = ketama.Node{Name: ketama.ServerName(a), Weight: weights[i]}
+	}
+	pools := []*twemPool{
+		{dist: "ketama", hash: "md5", servers: specs},
+		{dist: "ketama", hash: "fnv1a_64", servers: specs},
+		{dist: "modula", hash: "md5", servers: specs},
+	}
+	startNutcracker(t, pools)
+	keys := testKeys(2000)
+	for i, p := range pools {
+		got := placeThrough(t, p.listen, mcs, keys, "v6-"+fmt.Sprint(i))
+		pick := ketama.New(nodes).Pick
+		if p.dist == "modula" {
+			pick = pool.NewModula(nodes).Pick
+		}
+		f, _ := hashkit.Lookup(p.hash)
+		bad := 0
+		for k, key := range keys {
+			if pick(f([]byte(key))) != got[k] {
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s/%s over %v: %d of %d keys placed elsewhere than nutcracker does", p.dist, p.hash, nodes, bad, len(keys))
+		}
+	}
+}

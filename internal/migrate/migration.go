@@ -26,7 +26,7 @@ type Options struct {
 	New        pool.Server   // the new server; owned by the caller, who closes it
 	Rate       int           // keys per second the background copy may move; 0 = no limit
 	Timeout    time.Duration // per request to the old server; default 1s
-	MaxValue   int           // largest value read from the old server; default 1 MiB
+	MaxValue   int           // largest value read from the old server; 0 = protocol.DefaultLimits
 	Logger     *slog.Logger
 }
 
@@ -88,7 +88,7 @@ func New(opts Options) *Migration {
 		opts.Timeout = time.Second
 	}
 	if opts.MaxValue <= 0 {
-		opts.MaxValue = 1 << 20
+		opts.MaxValue = protocol.DefaultLimits().MaxValueBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

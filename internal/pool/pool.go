@@ -22,8 +22,8 @@ func (m *Member) Up() bool { return m.Server.Up() }
 
 // Options are a pool's placement and failure rules.
 type Options struct {
-	Distribution string // "ketama" (default), "jump" or "modula"
-	Hash         string // one of twemproxy's names (hashkit.Names); default md5
+	Distribution string // one of Distributions(); "" is DefaultDistribution
+	Hash         string // one of twemproxy's names (hashkit.Names); "" is DefaultHash
 	// Failover sends a dead server's keys to another live server until it recovers:
 	// ketama the next point of a live server, jump a rehash, modula the next live slot.
 	Failover bool
@@ -54,33 +54,26 @@ func New(name string, opts Options, members []Member) (*Pool, error) {
 		return nil, fmt.Errorf("pool %s: no servers", name)
 	}
 	if opts.Hash == "" {
-		opts.Hash = "md5"
+		opts.Hash = DefaultHash
 	}
 	h, ok := hashkit.Lookup(opts.Hash)
 	if !ok {
 		return nil, fmt.Errorf("pool %s: unknown hash %q", name, opts.Hash)
 	}
-	weights := make([]int, len(members))
 	nodes := make([]ketama.Node, len(members))
 	for i, m := range members {
 		if m.Weight <= 0 {
 			return nil, fmt.Errorf("pool %s: server %s: weight %d", name, m.Name, m.Weight)
 		}
-		weights[i] = m.Weight
 		nodes[i] = ketama.Node{Name: m.Name, Weight: m.Weight}
 	}
 	p := &Pool{name: name, opts: opts, members: members, hash: h}
 	p.alive = func(i int) bool { return p.members[i].Up() }
-	switch opts.Distribution {
-	case "ketama", "":
-		p.picker = ketama.New(nodes)
-	case "jump":
-		p.picker = NewJump(weights)
-	case "modula":
-		p.picker = NewModula(nodes)
-	default:
-		return nil, fmt.Errorf("pool %s: unknown distribution %q", name, opts.Distribution)
+	pk, err := newPicker(opts.Distribution, nodes)
+	if err != nil {
+		return nil, fmt.Errorf("pool %s: %w", name, err)
 	}
+	p.picker = pk
 	return p, nil
 }
 

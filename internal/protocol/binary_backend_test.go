@@ -50,7 +50,7 @@ func TestBinaryReadResponse(t *testing.T) {
 			br := bufio.NewReader(bytes.NewReader(tt.in))
 			var h BinaryResponseHeader
 			resp := Response{Key: []byte("stale"), Msg: "stale"}
-			if err := ReadBinaryResponse(br, DefaultLimits, &h, &resp); err != nil {
+			if err := ReadBinaryResponse(br, DefaultLimits(), &h, &resp); err != nil {
 				t.Fatal(err)
 			}
 			if h != tt.wantH {

@@ -23,7 +23,7 @@ func (r *binLoopReader) Read(p []byte) (int, error) {
 
 func BenchmarkBinaryReadGet(b *testing.B) {
 	pkt := binReq(0x0d, 1, 0, nil, []byte("user:1234567890:profile"), nil)
-	d := NewBinaryReader(bufio.NewReader(&binLoopReader{data: pkt}), DefaultLimits)
+	d := NewBinaryReader(bufio.NewReader(&binLoopReader{data: pkt}), DefaultLimits())
 	var req Request
 	b.ReportAllocs()
 	b.SetBytes(int64(len(pkt)))

@@ -115,7 +115,7 @@ func TestBinaryMalformed(t *testing.T) {
 	pkt := func(opcode uint8, ext, key, value []byte, bodyLen int) []byte {
 		return binPacket{magic: 0x80, opcode: opcode, opaque: 5, ext: ext, key: key, value: value, keyLen: -1, extLen: -1, bodyLen: bodyLen}.bytes()
 	}
-	big := make([]byte, DefaultLimits.MaxValueBytes+1)
+	big := make([]byte, DefaultLimits().MaxValueBytes+1)
 	tests := []struct {
 		name  string
 		in    []byte // followed by noop
@@ -186,7 +186,7 @@ func TestBinaryMalformed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := append(append([]byte(nil), tt.in...), noop...)
-			out, closed := binServe(in, DefaultLimits)
+			out, closed := binServe(in, DefaultLimits())
 			got := binAnswers(t, out)
 			state := binUsable
 			if closed {
@@ -280,7 +280,7 @@ func TestBinaryMatchesMemcached(t *testing.T) {
 	resp := new(Response)
 	for {
 		var h BinaryResponseHeader
-		if err := ReadBinaryResponse(br, DefaultLimits, &h, resp); err != nil {
+		if err := ReadBinaryResponse(br, DefaultLimits(), &h, resp); err != nil {
 			t.Fatalf("ReadBinaryResponse after % x: %v", raw.Bytes(), err)
 		}
 		if h.Opcode == 0x10 && !h.StatEnd() {
@@ -293,7 +293,7 @@ func TestBinaryMatchesMemcached(t *testing.T) {
 		}
 	}
 
-	d := NewBinaryReader(bufio.NewReader(bytes.NewReader(in)), DefaultLimits)
+	d := NewBinaryReader(bufio.NewReader(bytes.NewReader(in)), DefaultLimits())
 	var ours []byte
 	var req Request
 	for range conv {

@@ -141,7 +141,7 @@ func TestBinaryReadEveryOpcode(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			want := tt.want
 			want.Binary, want.Opcode, want.Opaque = true, tt.in[1], 7
-			d := NewBinaryReader(bufio.NewReader(bytes.NewReader(tt.in)), DefaultLimits)
+			d := NewBinaryReader(bufio.NewReader(bytes.NewReader(tt.in)), DefaultLimits())
 			var got Request
 			if err := d.Read(&got); err != nil {
 				t.Fatalf("Read: %v", err)
@@ -388,7 +388,7 @@ func TestBinaryReadPipelined(t *testing.T) {
 	}
 	for name, r := range readers {
 		t.Run(name, func(t *testing.T) {
-			d := NewBinaryReader(bufio.NewReaderSize(r, 16), DefaultLimits)
+			d := NewBinaryReader(bufio.NewReaderSize(r, 16), DefaultLimits())
 			var got Request
 			for i := range reqs {
 				if err := d.Read(&got); err != nil {
@@ -408,7 +408,7 @@ func TestBinaryReadPipelined(t *testing.T) {
 func TestBinaryReadTruncated(t *testing.T) {
 	full := binReq(0x01, 1, 0, binExt(0, 4, 0, 4), []byte("k"), []byte("value"))
 	for n := 1; n < len(full); n++ {
-		d := NewBinaryReader(bufio.NewReader(bytes.NewReader(full[:n])), DefaultLimits)
+		d := NewBinaryReader(bufio.NewReader(bytes.NewReader(full[:n])), DefaultLimits())
 		var req Request
 		if err := d.Read(&req); err != io.ErrUnexpectedEOF {
 			t.Fatalf("%d of %d bytes: %v, want io.ErrUnexpectedEOF", n, len(full), err)
@@ -417,7 +417,7 @@ func TestBinaryReadTruncated(t *testing.T) {
 }
 
 func TestBinaryReadBoundsMemory(t *testing.T) {
-	lim := DefaultLimits
+	lim := DefaultLimits()
 	huge := binPacket{magic: 0x80, opcode: 0x01, ext: make([]byte, 8), key: []byte("k"), keyLen: -1, extLen: -1, bodyLen: 0xffffffff}.bytes()
 	d := NewBinaryReader(bufio.NewReader(bytes.NewReader(huge)), lim)
 	var req Request
@@ -449,7 +449,7 @@ func TestBinaryReadAllocs(t *testing.T) {
 	set := binReq(0x01, 1, 0, binExt(0, 4, 0, 4), []byte("some:key"), make([]byte, 100))
 	r := bytes.NewReader(nil)
 	br := bufio.NewReader(r)
-	d := NewBinaryReader(br, DefaultLimits)
+	d := NewBinaryReader(br, DefaultLimits())
 	var req Request
 	stream := append(pkt, set...)
 	allocs := testing.AllocsPerRun(100, func() {

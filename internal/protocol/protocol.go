@@ -230,12 +230,17 @@ type Limits struct {
 	MaxLineBytes    int // longest text command line other than a retrieval (memcached: 2048)
 }
 
-// DefaultLimits are the contract's defaults.
-var DefaultLimits = Limits{
-	MaxKeyBytes:     250,
-	MaxValueBytes:   1 << 20,
-	MaxMultigetKeys: 10000,
-	MaxLineBytes:    2048,
+// MaxKeyLength is memcached's own limit on a key's length, and the default limit.
+const MaxKeyLength = 250
+
+// DefaultLimits are the contract's defaults (the config's limits start from them).
+func DefaultLimits() Limits {
+	return Limits{
+		MaxKeyBytes:     MaxKeyLength,
+		MaxValueBytes:   1 << 20,
+		MaxMultigetKeys: 10000,
+		MaxLineBytes:    2048,
+	}
 }
 
 // RequestError is a request the decoder rejected. The codec renders it as memcached would

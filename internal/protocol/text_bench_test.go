@@ -23,7 +23,7 @@ func (r *textRepeatReader) Read(p []byte) (int, error) {
 }
 
 func BenchmarkTextReadGet(b *testing.B) {
-	d := NewTextReader(bufio.NewReader(&textRepeatReader{b: []byte("get key\r\n")}), DefaultLimits)
+	d := NewTextReader(bufio.NewReader(&textRepeatReader{b: []byte("get key\r\n")}), DefaultLimits())
 	var req Request
 	b.ReportAllocs()
 	for b.Loop() {
@@ -34,7 +34,7 @@ func BenchmarkTextReadGet(b *testing.B) {
 }
 
 func BenchmarkTextReadSet(b *testing.B) {
-	d := NewTextReader(bufio.NewReader(&textRepeatReader{b: []byte("set key 0 0 100\r\n" + string(make([]byte, 100)) + "\r\n")}), DefaultLimits)
+	d := NewTextReader(bufio.NewReader(&textRepeatReader{b: []byte("set key 0 0 100\r\n" + string(make([]byte, 100)) + "\r\n")}), DefaultLimits())
 	var req Request
 	b.ReportAllocs()
 	for b.Loop() {

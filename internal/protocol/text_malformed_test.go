@@ -110,7 +110,7 @@ var textMalformedCases = []struct {
 // request of in as memcached would on an empty cache. closed reports whether the
 // connection would have been closed.
 func textServe(in string) (out string, closed bool) {
-	d := textReaderOf(in, 0, DefaultLimits)
+	d := textReaderOf(in, 0, DefaultLimits())
 	var buf []byte
 	var req Request
 	for {

@@ -93,7 +93,7 @@ func TestTextRead(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, size := range []int{16, 4096} {
-				d := textReaderOf(tt.in, size, DefaultLimits)
+				d := textReaderOf(tt.in, size, DefaultLimits())
 				var req Request
 				if err := d.Read(&req); err != nil {
 					t.Fatalf("buffer %d: Read: %v", size, err)
@@ -105,7 +105,7 @@ func TestTextRead(t *testing.T) {
 					t.Errorf("buffer %d: Read after the request = %v, want io.EOF", size, err)
 				}
 				// What was decoded, encoded again, decodes the same.
-				again := textReaderOf(string(AppendTextRequest(nil, &tt.want)), size, DefaultLimits)
+				again := textReaderOf(string(AppendTextRequest(nil, &tt.want)), size, DefaultLimits())
 				var req2 Request
 				if err := again.Read(&req2); err != nil {
 					t.Fatalf("buffer %d: Read(AppendTextRequest): %v", size, err)
@@ -252,7 +252,7 @@ func TestTextPipeline(t *testing.T) {
 		stream = AppendTextRequest(stream, &reqs[i])
 	}
 	for _, size := range []int{16, 100, 4096} {
-		d := textReaderOf(string(stream), size, DefaultLimits)
+		d := textReaderOf(string(stream), size, DefaultLimits())
 		var req Request
 		for i := range reqs {
 			if err := d.Read(&req); err != nil {
@@ -276,7 +276,7 @@ func TestTextLongMultiget(t *testing.T) {
 	}
 	line := "get " + strings.Join(keys, " ") + "\r\nversion\r\n"
 	for _, size := range []int{16, 4096} {
-		d := textReaderOf(line, size, DefaultLimits)
+		d := textReaderOf(line, size, DefaultLimits())
 		var req Request
 		if err := d.Read(&req); err != nil {
 			t.Fatalf("buffer %d: %v", size, err)
@@ -338,7 +338,7 @@ func TestTextHugeLengthNotAllocated(t *testing.T) {
 	in := "set k 0 0 1000000000\r\n"
 	var req Request
 	allocs := testing.AllocsPerRun(10, func() {
-		d := textReaderOf(in, 64, DefaultLimits)
+		d := textReaderOf(in, 64, DefaultLimits())
 		err := d.Read(&req)
 		var re *RequestError
 		if !errors.As(err, &re) || re.Status != StatusTooLarge {
@@ -359,7 +359,7 @@ func TestTextHugeLengthNotAllocated(t *testing.T) {
 func TestTextScratchReleased(t *testing.T) {
 	big := strings.Repeat("v", 100<<10)
 	in := "set k 0 0 " + fmt.Sprint(len(big)) + "\r\n" + big + "\r\nget " + strings.Repeat("kkkkkkkkk ", 9000) + "\r\nversion\r\n"
-	d := textReaderOf(in, 4096, DefaultLimits)
+	d := textReaderOf(in, 4096, DefaultLimits())
 	var req Request
 	if err := d.Read(&req); err != nil || string(req.Value) != big {
 		t.Fatalf("set: %v (value %d bytes)", err, len(req.Value))
@@ -380,7 +380,7 @@ func TestTextScratchReleased(t *testing.T) {
 
 // TestTextReset reuses a reader on another stream, mid-way through a swallowed block.
 func TestTextReset(t *testing.T) {
-	d := textReaderOf("set k 0 0 2000000\r\n", 0, DefaultLimits)
+	d := textReaderOf("set k 0 0 2000000\r\n", 0, DefaultLimits())
 	var req Request
 	if err := d.Read(&req); err == nil {
 		t.Fatal("oversized set accepted")

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moxi-proxy/moxi/internal/backend"
+	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
-	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/topology"
@@ -20,15 +19,21 @@ import (
 // there is nothing to coalesce (every caller reads its own key): what dedup costs.
 func BenchmarkGetDedup(b *testing.B) {
 	mc := memcachedtest.Start(b)
-	srv := backend.New(backend.Options{Addr: mc.Addr, Timeout: 5 * time.Second})
-	defer srv.Close()
-	pl, err := pool.New("main", pool.Options{}, []pool.Member{{Name: "mc", Addr: mc.Addr, Weight: 1, Server: srv}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg := config.Default()
+	main := config.NewPool("main")
+	main.Servers, main.Timeout = []config.Server{{Addr: mc.Addr, Weight: 1}}, 5*time.Second
+	cfg.Pools = []*config.Pool{main}
+	builder := &topology.Builder{Dial: true}
+	defer builder.Close(context.Background())
 	for _, dedup := range []bool{false, true} {
 		b.Run(fmt.Sprintf("dedup=%v", dedup), func(b *testing.B) {
-			p := proxy.New(&topology.Topology{Pools: []*pool.Pool{pl}, Default: pl, Dedup: dedup}, proxy.Options{})
+			cfg.Dedup = dedup
+			pd, err := builder.Build(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pd.Commit(0)
+			p := proxy.New(pd.Topology, proxy.Options{})
 			defer p.Close(context.Background())
 			var next atomic.Int64
 			b.ReportAllocs()

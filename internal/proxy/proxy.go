@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/dedup"
 	"github.com/moxi-proxy/moxi/internal/fireforget"
 	"github.com/moxi-proxy/moxi/internal/pool"
@@ -29,7 +30,7 @@ type Options struct {
 	Connections func() (current, total uint64)
 	// MaxConnections is reported as max_connections in "stats".
 	MaxConnections int
-	// MaxPending bounds the fire-and-forget writes queued at once; default 10000.
+	// MaxPending bounds the fire-and-forget writes queued at once; 0 = the config's default.
 	MaxPending int
 	Logger     *slog.Logger // nil = slog.Default()
 }
@@ -60,7 +61,7 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 		reg = prometheus.NewRegistry()
 	}
 	if opts.MaxPending <= 0 {
-		opts.MaxPending = 10000
+		opts.MaxPending = config.Default().FireAndForget.MaxPending
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

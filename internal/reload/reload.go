@@ -152,7 +152,11 @@ func (r *Reloader) apply() (string, error) {
 	pending.Commit(grace)
 	r.current.Store(next.Config)
 	r.applied = next.Sum
-	return describeChanges(prev, next.Config, r.startup), nil
+	changes := config.DiffSince(r.startup, prev, next.Config)
+	if len(changes) == 0 {
+		return "no changes\n", nil
+	}
+	return strings.Join(changes, "\n") + "\n", nil
 }
 
 // Watch reloads when the config file's content differs from what is in service, while

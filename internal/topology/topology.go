@@ -18,7 +18,6 @@ import (
 	"github.com/moxi-proxy/moxi/internal/backend"
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/hotcache"
-	"github.com/moxi-proxy/moxi/internal/ketama"
 	"github.com/moxi-proxy/moxi/internal/memstore"
 	"github.com/moxi-proxy/moxi/internal/migrate"
 	"github.com/moxi-proxy/moxi/internal/pool"
@@ -142,7 +141,7 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 	members := make([]pool.Member, len(pc.Servers))
 	for i, sc := range pc.Servers {
 		m := &members[i]
-		m.Name, m.Addr, m.Weight = ServerName(sc), sc.Addr, sc.Weight
+		m.Name, m.Addr, m.Weight = sc.RingName(), sc.Addr, sc.Weight
 		key := serverKey{
 			pool: pc.Name, addr: sc.Addr, name: m.Name, embeddedIndex: -1,
 			connections: pc.Connections, connectTimeout: pc.ConnectTimeout, timeout: pc.Timeout,
@@ -314,18 +313,9 @@ func (unconnected) Info() pool.Info        { return pool.Info{State: pool.StateD
 func (unconnected) Stats() []protocol.Stat { return nil }
 func (unconnected) Close() error           { return nil }
 
-// ServerName is a server's ring identity: its configured name, else its address in
-// libmemcached's form.
-func ServerName(s config.Server) string {
-	if s.Name != "" {
-		return s.Name
-	}
-	return ketama.ServerName(s.Addr)
-}
-
 // Limits are the protocol limits cfg sets.
 func Limits(cfg *config.Config) protocol.Limits {
-	lim := protocol.DefaultLimits
+	lim := protocol.DefaultLimits() // MaxLineBytes is not a setting
 	lim.MaxKeyBytes = cfg.Limits.MaxKeyBytes
 	lim.MaxValueBytes = cfg.Limits.MaxValueBytes
 	lim.MaxMultigetKeys = cfg.Limits.MaxMultigetKeys

@@ -1,0 +1,218 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// restartNote marks a setting that a reload reads but cannot apply: the listeners, the
+// limits the connections were accepted with, and the fire-and-forget queue are made once,
+// at startup.
+const restartNote = " (takes effect at the next restart)"
+
+// Diff names each difference between prev and next, one line each, in the file's key
+// order and with the file's key names, for the reload's log line and POST /reload's
+// answer:
+//
+//	pool main: servers added: 127.0.0.1:11214
+//	pool main: server 127.0.0.1:11213: weight 1 → 2
+//	pool main: timeout 250ms → 300ms
+//	routes: "sess:" → sessions added
+//	listen 127.0.0.1:11211 → 127.0.0.1:11311 (takes effect at the next restart)
+//
+// Servers are matched by RingName, so a new address under the same name is a change of
+// that server and a new address without a name is a server removed and one added, as the
+// ring sees them. Durations are written as time.Duration does, names and prefixes that
+// could be empty are quoted, and Server.Line is ignored. Diff returns nil when nothing
+// differs. prev and next must not be nil.
+//
+// Diff compares the restart-only settings with prev as well, which is right only while
+// prev holds what the process runs with; after an earlier reload use DiffSince.
+func Diff(prev, next *Config) []string { return DiffSince(prev, prev, next) }
+
+// DiffSince is Diff for a process that started with started and has reloaded since: the
+// restart-only settings (listen, admin, limits.*, fire_and_forget.max_pending) are
+// compared with started, whose values the process still runs with, so that one changed at
+// an earlier reload is reported until a restart applies it, and one changed back is not
+// reported at all. Every other setting is compared with prev, the config in service.
+func DiffSince(started, prev, next *Config) []string {
+	var d differ
+	restart := func(key string, a, b any) { d.change("", key, a, b, restartNote) }
+	live := func(key string, a, b any) { d.change("", key, a, b, "") }
+	restart("listen", quoteEmpty(started.Listen), quoteEmpty(next.Listen))
+	restart("admin", quoteEmpty(started.Admin), quoteEmpty(next.Admin))
+	live("shutdown_timeout", prev.ShutdownTimeout, next.ShutdownTimeout)
+	restart("limits.max_connections", started.Limits.MaxConnections, next.Limits.MaxConnections)
+	restart("limits.max_key_bytes", started.Limits.MaxKeyBytes, next.Limits.MaxKeyBytes)
+	restart("limits.max_value_bytes", started.Limits.MaxValueBytes, next.Limits.MaxValueBytes)
+	restart("limits.max_multiget_keys", started.Limits.MaxMultigetKeys, next.Limits.MaxMultigetKeys)
+	live("watch_config", prev.WatchConfig, next.WatchConfig)
+	d.pools(prev, next)
+	live("default_pool", prev.DefaultPool, next.DefaultPool)
+	d.routes(prev.Routes, next.Routes)
+	live("dedup", prev.Dedup, next.Dedup)
+	live("hot_cache.prefixes", quoteList(prev.HotCache.Prefixes), quoteList(next.HotCache.Prefixes))
+	live("hot_cache.max_items", prev.HotCache.MaxItems, next.HotCache.MaxItems)
+	live("hot_cache.ttl", prev.HotCache.TTL, next.HotCache.TTL)
+	live("fire_and_forget.prefixes", quoteList(prev.FireAndForget.Prefixes), quoteList(next.FireAndForget.Prefixes))
+	restart("fire_and_forget.max_pending", started.FireAndForget.MaxPending, next.FireAndForget.MaxPending)
+	return d.lines
+}
+
+// differ collects the lines of a Diff.
+type differ struct {
+	lines []string
+}
+
+func (d *differ) add(format string, args ...any) {
+	d.lines = append(d.lines, fmt.Sprintf(format, args...))
+}
+
+// change adds "<prefix><key> a → b<note>" when a and b differ. They are values of one
+// comparable type (a string, number, bool or duration), already in the form the line
+// shows: strings that may be empty or lists pass through quoteEmpty or quoteList first.
+func (d *differ) change(prefix, key string, a, b any, note string) {
+	if a != b {
+		d.add("%s%s %v → %v%s", prefix, key, a, b, note)
+	}
+}
+
+// pools reports pools added and changed in next's order, then those removed in prev's.
+func (d *differ) pools(prev, next *Config) {
+	for _, np := range next.Pools {
+		pp := prev.Pool(np.Name)
+		if pp == nil {
+			d.add("pool %s: added", np.Name)
+			continue
+		}
+		d.pool("pool "+np.Name+": ", pp, np)
+	}
+	for _, pp := range prev.Pools {
+		if next.Pool(pp.Name) == nil {
+			d.add("pool %s: removed", pp.Name)
+		}
+	}
+}
+
+func (d *differ) pool(prefix string, a, b *Pool) {
+	d.change(prefix, "distribution", a.Distribution, b.Distribution, "")
+	d.change(prefix, "hash", a.Hash, b.Hash, "")
+	d.servers(prefix, a.Servers, b.Servers)
+	d.change(prefix, "connections", a.Connections, b.Connections, "")
+	d.change(prefix, "connect_timeout", a.ConnectTimeout, b.ConnectTimeout, "")
+	d.change(prefix, "timeout", a.Timeout, b.Timeout, "")
+	d.change(prefix, "retries", a.Retries, b.Retries, "")
+	d.change(prefix, "failure_limit", a.FailureLimit, b.FailureLimit, "")
+	d.change(prefix, "dead_backoff", a.DeadBackoff, b.DeadBackoff, "")
+	d.change(prefix, "dead_backoff_max", a.DeadBackoffMax, b.DeadBackoffMax, "")
+	d.change(prefix, "failover", a.Failover, b.Failover, "")
+	d.change(prefix, "backup", quoteEmpty(a.Backup), quoteEmpty(b.Backup), "")
+	d.change(prefix, "embedded", a.Embedded, b.Embedded, "")
+	d.change(prefix, "embedded_memory_mb", a.EmbeddedMemoryMB, b.EmbeddedMemoryMB, "")
+	d.change(prefix, "migrate_rate", a.MigrateRate, b.MigrateRate, "")
+}
+
+// servers reports the servers added and removed, the changes of each server kept, and a
+// change of order among the kept ones (jump places keys by server order).
+func (d *differ) servers(prefix string, prev, next []Server) {
+	byName := func(ss []Server) map[string]Server {
+		m := make(map[string]Server, len(ss))
+		for _, s := range ss {
+			m[s.RingName()] = s
+		}
+		return m
+	}
+	was, is := byName(prev), byName(next)
+	var added, removed, keptBefore, keptAfter []string
+	for _, s := range prev {
+		if _, ok := is[s.RingName()]; !ok {
+			removed = append(removed, serverLabel(s))
+		} else {
+			keptBefore = append(keptBefore, s.RingName())
+		}
+	}
+	for _, s := range next {
+		if _, ok := was[s.RingName()]; !ok {
+			added = append(added, serverLabel(s))
+		} else {
+			keptAfter = append(keptAfter, s.RingName())
+		}
+	}
+	if len(added) > 0 {
+		d.add("%sservers added: %s", prefix, strings.Join(added, ", "))
+	}
+	if len(removed) > 0 {
+		d.add("%sservers removed: %s", prefix, strings.Join(removed, ", "))
+	}
+	for _, s := range next {
+		p, ok := was[s.RingName()]
+		if !ok {
+			continue
+		}
+		at := prefix + "server " + serverLabel(s) + ": "
+		d.change(at, "name", quoteEmpty(p.Name), quoteEmpty(s.Name), "")
+		d.change(at, "addr", p.Addr, s.Addr, "")
+		d.change(at, "weight", p.Weight, s.Weight, "")
+		d.change(at, "migrate_from", quoteEmpty(p.MigrateFrom), quoteEmpty(s.MigrateFrom), "")
+	}
+	if !slices.Equal(keptBefore, keptAfter) {
+		var order []string
+		for _, name := range keptAfter {
+			order = append(order, serverLabel(is[name]))
+		}
+		d.add("%sservers reordered: %s", prefix, strings.Join(order, ", "))
+	}
+}
+
+// serverLabel names a server in a line: its address, and its name when it has one.
+func serverLabel(s Server) string {
+	if s.Name == "" {
+		return s.Addr
+	}
+	return s.Name + " (" + s.Addr + ")"
+}
+
+// routes reports routes by prefix. Their order needs no line: Parse rejects a route that
+// an earlier one shadows, so the set of prefixes decides which route a key takes.
+func (d *differ) routes(prev, next []Route) {
+	find := func(rs []Route, prefix string) (Route, bool) {
+		i := slices.IndexFunc(rs, func(r Route) bool { return r.Prefix == prefix })
+		if i < 0 {
+			return Route{}, false
+		}
+		return rs[i], true
+	}
+	for _, r := range next {
+		old, ok := find(prev, r.Prefix)
+		switch {
+		case !ok:
+			d.add("routes: %q → %s added", r.Prefix, r.Pool)
+		case old.Pool != r.Pool:
+			d.add("routes: %q: pool %s → %s", r.Prefix, old.Pool, r.Pool)
+		}
+	}
+	for _, r := range prev {
+		if _, ok := find(next, r.Prefix); !ok {
+			d.add("routes: %q → %s removed", r.Prefix, r.Pool)
+		}
+	}
+}
+
+// quoteEmpty shows "" for an empty setting, which would otherwise vanish from the line.
+func quoteEmpty(s string) string {
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
+// quoteList shows a prefix list as the file's flow style writes it: ["a:", "b:"].
+func quoteList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}

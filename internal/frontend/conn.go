@@ -5,61 +5,125 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 const (
 	readBufferSize = 16 << 10
-	// keepOutput is the largest output buffer returned to the pool; a larger one (a big
-	// multi-get) is left to the garbage collector rather than pinned by the pool.
+	// keepOutput is the largest buffer a task keeps for its next use; a larger one (a big
+	// answer) is left to the garbage collector rather than pinned by the pool.
 	keepOutput = 64 << 10
-	// keepResponses bounds the response slice a connection keeps between requests.
+	// keepResponses bounds the response and key slices a task keeps between requests.
 	keepResponses = 256
+
+	// A connection's window: the requests it has in flight or waiting to be written hold at
+	// most windowKeys keys (a request counts its keys, a multi-key get at most one part's
+	// worth) and windowBytes of request bytes. Past it the reader stops reading, so that a
+	// client that pipelines without end, or does not read its answers, gets back-pressure
+	// instead of growing moxi's memory.
+	windowKeys  = 256
+	windowBytes = 4 << 20
+
+	// maxQuietBatch bounds the binary quiet gets answered as one multi-key get.
+	maxQuietBatch = 1024
 )
 
 var errQuit = errors.New("client quit")
 
-// conn is one client connection. Every field is owned by the serve goroutine, except nc,
-// which Shutdown may also interrupt or close.
+// conn is one client connection.
+//
+// Its serve goroutine is the reader: it decodes requests and starts each as a task. A
+// request with nothing else in flight and nothing read behind it is run by the reader
+// itself (a client waiting for each answer costs no extra goroutine); otherwise each task
+// runs on a goroutine of its own, many at once, in the order package turn keeps. Answers
+// are written strictly in request order, each as soon as it and every answer before it
+// are ready, by whichever goroutine holds the writer token; answers that are ready
+// together leave in one write.
 type conn struct {
 	s  *Server
 	nc net.Conn
 
-	// While idle a connection holds no read or write buffer, only idle: the first bytes of
-	// the next request are read into it and handed to the pooled bufio.Reader through Read.
-	// Most requests fit, so becoming busy costs no extra system call.
+	// Owned by the reader.
+	//
+	// While idle a connection holds no read buffer, only idle: the first bytes of the next
+	// request are read into it and handed to the pooled bufio.Reader through Read. Most
+	// requests fit, so becoming busy costs no extra system call.
 	idle    [512]byte
 	pending []byte
-
 	br      *bufio.Reader // nil while idle
-	out     *[]byte       // nil while idle
 	binary  bool          // decided by the first byte the client ever sends, as memcached does
 	sniffed bool
 	text    *protocol.TextReader
 	bin     *protocol.BinaryReader
-	req     protocol.Request
-	resps   []protocol.Response
-
-	// Binary quiet gets read but not yet answered (see batchable).
+	req     protocol.Request // the request just decoded; its bytes are the reader's
+	chain   *turn.Chain      // the order of this connection's pipelined requests
+	// Binary quiet gets read but not yet started (see batchable).
 	batch        []protocol.Request
 	batchKeys    []byte   // their keys, back to back
 	batchKeyEnds [][2]int // each key's start and end in batchKeys
+
+	mu           sync.Mutex
+	cond         sync.Cond // broadcast when answers were written or the writer token is free
+	queue        []*task   // tasks whose answers are not yet written, in request order, from head; guarded by mu
+	head         int       // guarded by mu
+	windowUsed   int       // keys of the queued tasks; guarded by mu
+	windowFilled int       // request bytes of the queued tasks; guarded by mu
+	writing      bool      // a goroutine holds the writer token; guarded by mu
+	burst        bool      // the reader is decoding input already received: answers wait for the end of it; guarded by mu
+	broken       error     // a write failed: answers are dropped; guarded by mu
+
+	// Owned by the writer token's holder.
+	written []*task
+	wbuf    []byte
+	wbufs   net.Buffers
 }
 
-func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{s: s, nc: nc}
+func newConn(s *Server, nc net.Conn, affinity uint32) *conn {
+	c := &conn{s: s, nc: nc, chain: turn.NewChain(affinity)}
+	c.cond.L = &c.mu
+	return c
 }
 
-// Read feeds the bufio.Reader: first what the idle read got, then the socket.
+// Read feeds the bufio.Reader: first what the idle read got, then the socket. Before it
+// waits for the socket, the answers ready so far are written: none waits for a request that
+// has not fully arrived.
 func (c *conn) Read(p []byte) (int, error) {
 	if len(c.pending) > 0 {
 		n := copy(p, c.pending)
 		c.pending = c.pending[n:]
 		return n, nil
 	}
+	c.endBurst()
 	return c.nc.Read(p)
+}
+
+// beginBurst holds answers back while the reader decodes input already received, so that
+// the answers to a pipeline that arrived together leave together, in one write.
+func (c *conn) beginBurst() {
+	c.mu.Lock()
+	c.burst = true
+	c.mu.Unlock()
+}
+
+// endBurst writes the answers held back by beginBurst.
+func (c *conn) endBurst() {
+	c.mu.Lock()
+	if !c.burst {
+		c.mu.Unlock()
+		return
+	}
+	c.burst = false
+	if c.writing || c.head == len(c.queue) || !c.queue[c.head].done {
+		c.mu.Unlock()
+		return
+	}
+	c.writing = true
+	c.writeLocked()
 }
 
 // interrupt makes a blocked read return so that the connection notices Shutdown.
@@ -67,34 +131,37 @@ func (c *conn) interrupt() {
 	_ = c.nc.SetReadDeadline(time.Now())
 }
 
-// serve runs the connection until the client leaves, an I/O error, a fatal protocol error
-// or Shutdown. It exits by returning; the deferred close releases everything.
+// serve reads requests until the client leaves, an I/O error, a fatal protocol error or
+// Shutdown; then it waits until every request already read is answered, and closes.
 func (c *conn) serve() {
 	defer c.close()
 	for !c.s.closing.Load() {
 		n, err := c.nc.Read(c.idle[:])
 		if n == 0 {
 			if err != nil {
-				return
+				break
 			}
 			continue
 		}
 		c.pending = c.idle[:n]
 		c.acquire()
-		err = c.serveBusy()
+		err = c.readBusy()
 		c.release()
 		if err != nil {
 			if !errors.Is(err, errQuit) && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				c.s.logger().Debug("client connection closed", "remote", c.nc.RemoteAddr().String(), "err", err)
 			}
-			return
+			break
 		}
 	}
+	c.drain()
 }
 
-// serveBusy answers requests for as long as input is already buffered, then writes all the
-// answers at once: a pipeline of many requests costs one write.
-func (c *conn) serveBusy() error {
+// readBusy starts requests for as long as input is buffered. A request that arrived whole
+// is always started, Shutdown or not: every request a client has sent is answered.
+func (c *conn) readBusy() error {
+	c.beginBurst()
+	defer c.endBurst()
 	for {
 		rejected := false
 		err := c.readRequest()
@@ -103,50 +170,57 @@ func (c *conn) serveBusy() error {
 			if c.buffered() > 0 && len(c.batch) < maxQuietBatch {
 				continue // more may follow: answer them together
 			}
-			c.answerBatch()
+			c.startBatch()
 		} else {
-			c.answerBatch() // quiet gets read before this request are answered first
-			if err != nil {
+			c.startBatch() // quiet gets read before this request come first
+			switch {
+			case err != nil:
 				var re *protocol.RequestError
 				if !errors.As(err, &re) {
-					return errors.Join(err, c.flush())
+					return err
 				}
-				c.appendError(re)
+				c.answerNow(func(dst []byte) []byte {
+					if c.binary {
+						return protocol.AppendBinaryError(dst, &c.req, re)
+					}
+					return protocol.AppendTextError(dst, re)
+				})
 				if re.Close {
-					return errors.Join(err, c.flush())
+					return err
 				}
 				rejected = true
-			} else if err := c.handle(); err != nil {
-				return errors.Join(err, c.flush())
+			case c.req.Op == protocol.OpQuit:
+				if c.binary {
+					c.answerNow(func(dst []byte) []byte {
+						return protocol.AppendBinaryResponse(dst, &c.req, &protocol.Response{})
+					})
+				}
+				return errQuit
+			case c.req.Op == protocol.OpNoop:
+				c.answerNow(func(dst []byte) []byte {
+					return protocol.AppendBinaryResponse(dst, &c.req, &protocol.Response{})
+				})
+			default:
+				t := c.s.getTask()
+				t.req = c.req
+				c.start(t)
 			}
 		}
-		if c.s.closing.Load() {
-			return errors.Join(net.ErrClosed, c.flush())
-		}
-		if c.buffered() == 0 && len(c.pending) == 0 {
-			if !rejected {
-				return c.flush()
-			}
-			// The decoder may still have to swallow the rejected request's body (a value
-			// too large) beyond what has arrived. Going idle would forget that (the decoder
-			// is Reset when the connection becomes busy again) and the rest of the body
-			// would be parsed as commands, so answer now and stay busy: the next read
-			// skips the body first.
-			if err := c.flush(); err != nil {
-				return err
-			}
+		if c.buffered() > 0 || len(c.pending) > 0 {
 			continue
 		}
-		if len(*c.out) >= keepOutput {
-			if err := c.flush(); err != nil {
-				return err
-			}
+		if c.s.closing.Load() {
+			return net.ErrClosed
 		}
+		if !rejected {
+			return nil
+		}
+		// The decoder may still have to swallow the rejected request's body (a value too
+		// large) beyond what has arrived. Going idle would forget that (the decoder is Reset
+		// when the connection becomes busy again) and the rest of the body would be parsed
+		// as commands, so stay busy: the next read skips the body first.
 	}
 }
-
-// maxQuietBatch bounds the quiet gets answered as one multi-key get.
-const maxQuietBatch = 1024
 
 // batchable reports whether the request just read is a binary quiet get (getq, getkq):
 // clients pipeline those (libmemcached's binary mget sends getkq… and a noop), and moxi
@@ -167,25 +241,21 @@ func (c *conn) addToBatch() {
 	c.batchKeyEnds = append(c.batchKeyEnds, [2]int{start, len(c.batchKeys)})
 }
 
-// answerBatch answers the quiet gets kept by addToBatch, each with its own opaque, key and
-// quiet rules, in the order they came.
-func (c *conn) answerBatch() {
+// startBatch starts the quiet gets kept by addToBatch as one task, a multi-key get whose
+// answers keep each request's own opaque, key and quiet rules.
+func (c *conn) startBatch() {
 	if len(c.batch) == 0 {
 		return
 	}
-	keys := make([][]byte, len(c.batch))
-	for i, e := range c.batchKeyEnds {
-		keys[i] = c.batchKeys[e[0]:e[1]:e[1]]
+	t := c.s.getTask()
+	t.batch = append(t.batch, c.batch...)
+	for _, e := range c.batchKeyEnds {
+		t.keys = append(t.keys, c.batchKeys[e[0]:e[1]:e[1]])
 	}
-	get := protocol.Request{Op: protocol.OpGet, Keys: keys, Binary: true}
-	c.resps = c.s.Handler.Handle(c.s.ctx, &get, c.resps[:0])
-	for i := range c.batch {
-		c.batch[i].Keys = keys[i : i+1]
-		*c.out = protocol.AppendBinaryResponse(*c.out, &c.batch[i], &c.resps[i])
-	}
-	clear(c.resps)
+	t.req = protocol.Request{Op: protocol.OpGet, Keys: t.keys, Binary: true}
 	clear(c.batch)
 	c.batch, c.batchKeys, c.batchKeyEnds = c.batch[:0], c.batchKeys[:0], c.batchKeyEnds[:0]
+	c.start(t)
 }
 
 // buffered is the input already received beyond the requests decoded so far.
@@ -220,59 +290,271 @@ func (c *conn) readRequest() error {
 	return c.text.Read(&c.req)
 }
 
-// handle answers the request just decoded. It returns errQuit when the client asked to leave.
-func (c *conn) handle() error {
-	req := &c.req
-	switch req.Op {
-	case protocol.OpQuit:
-		if c.binary {
-			*c.out = protocol.AppendBinaryResponse(*c.out, req, &protocol.Response{})
+// start queues t's answer and runs it: on the reader when it is alone (nothing before it
+// unanswered, nothing read behind it), else on a goroutine of its own, in its turn.
+func (c *conn) start(t *task) {
+	r := &t.req
+	t.weight = 1
+	if r.Op.IsRetrieval() {
+		part := c.s.partKeys()
+		t.weight = min(len(r.Keys), part)
+		t.stream = len(r.Keys) > part
+	}
+	alone := c.buffered() == 0 && len(c.pending) == 0
+	if !c.admit(t) {
+		alone = false
+	}
+	if alone {
+		c.run(t)
+		return
+	}
+	c.chain.Next(&t.turn)
+	t.own()
+	go c.run(t)
+}
+
+// admit waits for room in the window and queues t. It reports whether t is the only
+// request in the queue.
+func (c *conn) admit(t *task) (only bool) {
+	n := size(&t.req)
+	full := func() bool {
+		return c.head < len(c.queue) && (c.windowUsed+t.weight > windowKeys || c.windowFilled+n > windowBytes)
+	}
+	c.mu.Lock()
+	if full() {
+		c.mu.Unlock()
+		c.endBurst() // the answers due must leave to make room
+		c.mu.Lock()
+		for full() {
+			c.cond.Wait()
 		}
-		return errQuit
-	case protocol.OpNoop:
-		*c.out = protocol.AppendBinaryResponse(*c.out, req, &protocol.Response{})
-		return nil
 	}
-	c.resps = c.s.Handler.Handle(c.s.ctx, req, c.resps[:0])
-	if c.binary {
-		*c.out = protocol.AppendBinaryResponse(*c.out, req, &c.resps[0])
-	} else {
-		*c.out = protocol.AppendTextResponse(*c.out, req, c.resps)
-	}
-	clear(c.resps) // drop references to values so that they can be collected
-	return nil
+	c.windowUsed += t.weight
+	c.windowFilled += n
+	t.size = n
+	only = c.head == len(c.queue)
+	c.queue = append(c.queue, t)
+	c.mu.Unlock()
+	return only
 }
 
-func (c *conn) appendError(e *protocol.RequestError) {
-	if c.binary {
-		*c.out = protocol.AppendBinaryError(*c.out, &c.req, e)
-	} else {
-		*c.out = protocol.AppendTextError(*c.out, e)
+// answerNow queues an answer that needs no server (an error, a noop), in its place.
+func (c *conn) answerNow(encode func(dst []byte) []byte) {
+	t := c.s.getTask()
+	c.admit(t)
+	t.out = encode(t.out[:0])
+	c.complete(t)
+}
+
+// run handles t once every request before it has been dispatched, and completes it.
+func (c *conn) run(t *task) {
+	t.turn.Wait()
+	if t.stream {
+		c.stream(t)
+		return
+	}
+	t.resps = c.s.Handler.Handle(t, &t.req, t.resps[:0])
+	t.turn.Release()
+	c.s.observe(&t.req, t.resps)
+	t.out, _ = c.encode(t.out[:0], t, &t.req, t.resps, 0, true)
+	c.complete(t)
+}
+
+// encode appends the answer to req: the part of t's answer that resps make, whose first
+// key is t's key number first, the last part when last. It reports whether the answer has
+// ended (a text retrieval ends early with an error line when a key failed).
+func (c *conn) encode(dst []byte, t *task, req *protocol.Request, resps []protocol.Response, first int, last bool) ([]byte, bool) {
+	switch {
+	case len(t.batch) > 0:
+		for i := range resps {
+			q := &t.batch[first+i]
+			q.Keys = req.Keys[i : i+1]
+			dst = protocol.AppendBinaryResponse(dst, q, &resps[i])
+		}
+		return dst, last
+	case c.binary:
+		return protocol.AppendBinaryResponse(dst, req, &resps[0]), true
+	case req.Op.IsRetrieval():
+		return protocol.AppendTextRetrievalPart(dst, req, resps, last)
+	default:
+		return protocol.AppendTextResponse(dst, req, resps), true
 	}
 }
 
-func (c *conn) flush() error {
-	if len(*c.out) == 0 {
-		return nil
+// stream answers a multi-key retrieval too large to hold whole, part by part: it waits to
+// be the first answer due, takes the writer token, and then fetches a part, writes it,
+// fetches the next. It holds its turn to the end, so that no later request overtakes a
+// later part.
+func (c *conn) stream(t *task) {
+	t.turn.Hold()
+	c.mu.Lock()
+	for c.queue[c.head] != t || c.writing {
+		c.cond.Wait()
 	}
-	_, err := c.nc.Write(*c.out)
-	*c.out = (*c.out)[:0]
+	c.writing = true
+	broken := c.broken
+	c.mu.Unlock()
+
+	keys := t.req.Keys
+	part := c.s.partKeys()
+	for first := 0; first < len(keys) && broken == nil; {
+		end := min(first+part, len(keys))
+		sub := t.req
+		sub.Keys = keys[first:end]
+		t.resps = c.s.Handler.Handle(t, &sub, t.resps[:0])
+		c.s.observe(&sub, t.resps)
+		var ended bool
+		t.out, ended = c.encode(t.out[:0], t, &sub, t.resps, first, end == len(keys))
+		clear(t.resps)
+		if _, err := c.nc.Write(t.out); err != nil {
+			broken = err
+		}
+		if ended {
+			break
+		}
+		first, part = end, c.s.partKeys()
+	}
+	t.turn.Release()
+	t.out = t.out[:0]
+	c.mu.Lock()
+	if broken != nil && c.broken == nil {
+		c.fail(broken)
+	}
+	t.done = true
+	c.writeLocked()
+}
+
+// complete marks t's answer ready and writes every answer that is now due, unless another
+// goroutine holds the writer token, which then writes it.
+func (c *conn) complete(t *task) {
+	c.mu.Lock()
+	t.done = true
+	if c.writing || c.burst || c.queue[c.head] != t {
+		c.mu.Unlock()
+		return // the writer, or the end of the reader's burst, writes it
+	}
+	c.writing = true
+	if c.head+1 < len(c.queue) {
+		// More answers are being made: let the goroutines making them run first, so that
+		// theirs share this write. With nothing else ready to run this returns at once.
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+	}
+	c.writeLocked()
+}
+
+// writeLocked writes the answers that are due, in order, until the first one not ready;
+// the caller holds mu and the writer token, which it gives up, and mu is unlocked on
+// return.
+func (c *conn) writeLocked() {
+	for {
+		n := 0
+		for c.head+n < len(c.queue) && c.queue[c.head+n].done {
+			n++
+		}
+		if n == 0 {
+			c.writing = false
+			c.cond.Broadcast()
+			c.mu.Unlock()
+			return
+		}
+		c.written = append(c.written[:0], c.queue[c.head:c.head+n]...)
+		clear(c.queue[c.head : c.head+n])
+		c.head += n
+		if c.head == len(c.queue) {
+			c.queue, c.head = c.queue[:0], 0
+		} else if c.head >= len(c.queue)/2 {
+			m := copy(c.queue, c.queue[c.head:])
+			clear(c.queue[m:])
+			c.queue, c.head = c.queue[:m], 0
+		}
+		broken := c.broken
+		c.mu.Unlock()
+
+		var err error
+		if broken == nil {
+			err = c.writeOut(c.written)
+		}
+		c.mu.Lock()
+		if err != nil && c.broken == nil {
+			c.fail(err)
+		}
+		for _, t := range c.written {
+			c.windowUsed -= t.weight
+			c.windowFilled -= t.size
+			c.s.putTask(t)
+		}
+		clear(c.written)
+		c.cond.Broadcast()
+	}
+}
+
+// writeOut writes the answers of tasks in one system call: copied together when small,
+// else gathered (writev) so that large values are not copied again.
+func (c *conn) writeOut(tasks []*task) error {
+	if len(tasks) == 1 {
+		if len(tasks[0].out) == 0 {
+			return nil
+		}
+		_, err := c.nc.Write(tasks[0].out)
+		return err
+	}
+	total := 0
+	for _, t := range tasks {
+		total += len(t.out)
+	}
+	if total <= keepOutput {
+		c.wbuf = c.wbuf[:0]
+		for _, t := range tasks {
+			c.wbuf = append(c.wbuf, t.out...)
+		}
+		if len(c.wbuf) == 0 {
+			return nil
+		}
+		_, err := c.nc.Write(c.wbuf)
+		return err
+	}
+	c.wbufs = c.wbufs[:0]
+	for _, t := range tasks {
+		if len(t.out) > 0 {
+			c.wbufs = append(c.wbufs, t.out)
+		}
+	}
+	keep := c.wbufs
+	_, err := c.wbufs.WriteTo(c.nc)
+	clear(keep)
+	c.wbufs = keep[:0]
 	return err
 }
 
-// acquire lends the connection a read and a write buffer for a busy period.
+// fail records a failed write and closes the socket, so that the reader stops; the answers
+// still to come are dropped. The caller holds mu.
+func (c *conn) fail(err error) {
+	c.broken = err
+	_ = c.nc.Close()
+}
+
+// drain waits until every queued answer is written (or dropped, after a failed write).
+// The requests in flight end within their timeouts, or at once when Shutdown gives up.
+func (c *conn) drain() {
+	c.mu.Lock()
+	for c.head < len(c.queue) || c.writing {
+		c.cond.Wait()
+	}
+	c.mu.Unlock()
+	if cap(c.wbuf) > keepOutput {
+		c.wbuf = nil
+	}
+}
+
+// acquire lends the connection a read buffer for a busy period.
 func (c *conn) acquire() {
 	if br, ok := c.s.readers.Get().(*bufio.Reader); ok {
 		br.Reset(c)
 		c.br = br
 	} else {
 		c.br = bufio.NewReaderSize(c, readBufferSize)
-	}
-	if out, ok := c.s.writers.Get().(*[]byte); ok {
-		c.out = out
-	} else {
-		b := make([]byte, 0, 4<<10)
-		c.out = &b
 	}
 	if c.text != nil {
 		c.text.Reset(c.br)
@@ -282,19 +564,11 @@ func (c *conn) acquire() {
 	}
 }
 
-// release returns the buffers; only called when the reader holds no unread input.
+// release returns the read buffer; only called when the reader holds no unread input.
 func (c *conn) release() {
 	c.br.Reset(nil)
 	c.s.readers.Put(c.br)
 	c.br = nil
-	if cap(*c.out) <= keepOutput {
-		*c.out = (*c.out)[:0]
-		c.s.writers.Put(c.out)
-	}
-	c.out = nil
-	if cap(c.resps) > keepResponses {
-		c.resps = nil
-	}
 	if cap(c.batch) > keepResponses || cap(c.batchKeys) > keepOutput {
 		c.batch, c.batchKeys, c.batchKeyEnds = nil, nil, nil
 	}

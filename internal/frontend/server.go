@@ -38,7 +38,11 @@ type Server struct {
 	total   atomic.Uint64
 
 	readers sync.Pool // of *bufio.Reader, lent to connections while they are busy
-	writers sync.Pool // of *[]byte output buffers, likewise
+	tasks   sync.Pool // of *task, with their buffers, lent to connections per request
+
+	// valueBytes is a running average of the value sizes clients store and fetch, which sizes
+	// the parts a large multi-key get is answered in (see partKeys).
+	valueBytes atomic.Int64
 
 	closing   atomic.Bool // set once by Shutdown, under mu
 	mu        sync.Mutex
@@ -97,7 +101,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		s.total.Add(1)
-		c := newConn(s, nc)
+		c := newConn(s, nc, uint32(s.total.Load()))
 		if !s.addConn(c) {
 			s.current.Add(-1)
 			nc.Close()
@@ -203,4 +207,54 @@ func (s *Server) removeConn(c *conn) {
 	s.mu.Unlock()
 	s.current.Add(-1)
 	s.done.Done()
+}
+
+// getTask lends a task for one request.
+func (s *Server) getTask() *task {
+	if t, ok := s.tasks.Get().(*task); ok {
+		return t
+	}
+	return &task{base: s.ctx}
+}
+
+// putTask takes a task back once its answer is written.
+func (s *Server) putTask(t *task) {
+	t.reset()
+	s.tasks.Put(t)
+}
+
+// A multi-key get is answered in parts of about partBytes of values (see conn.stream), so
+// that the values held for one request stay bounded whatever the number of keys: between
+// minPartKeys and maxPartKeys keys, by the average value size seen so far. A get of no
+// more keys than one part is answered whole, in one round trip per server.
+const (
+	partBytes   = 4 << 20
+	minPartKeys = 16
+	maxPartKeys = 1024
+)
+
+// partKeys is the number of keys in one part of a multi-key get's answer.
+func (s *Server) partKeys() int {
+	avg := max(s.valueBytes.Load(), 1)
+	return int(min(max(partBytes/avg, minPartKeys), maxPartKeys))
+}
+
+// observe folds the values of a request and its answer into the running average.
+func (s *Server) observe(req *protocol.Request, resps []protocol.Response) {
+	var sum, n int64
+	if req.Op.IsStorage() {
+		sum, n = int64(len(req.Value)), 1
+	} else if req.Op.IsRetrieval() {
+		for i := range resps {
+			if resps[i].Status == protocol.StatusOK {
+				sum += int64(len(resps[i].Value))
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return
+	}
+	avg := s.valueBytes.Load()
+	s.valueBytes.Store(avg + (sum/n-avg)/8) // a lost update between racing callers is harmless
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 var _ pool.Server = (*Store)(nil)
@@ -80,6 +81,7 @@ func New(opts Options) *Store {
 func (s *Store) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
 	s.requests.Add(1)
 	s.mu.Lock()
+	defer turn.Dispatched(ctx) // executed in full: the connection's next request may start
 	defer s.mu.Unlock()
 	now := s.now().Unix()
 	s.applyDueFlush(now)

@@ -55,9 +55,19 @@ func AppendTextResponse(dst []byte, req *Request, resps []Response) []byte {
 }
 
 func appendTextRetrieval(dst []byte, req *Request, resps []Response) []byte {
+	dst, _ = AppendTextRetrievalPart(dst, req, resps, true)
+	return dst
+}
+
+// AppendTextRetrievalPart appends one part of the answer to a retrieval whose answer is
+// written as its keys' values arrive: a VALUE block per hit in resps, where resps[i]
+// answers req.Keys[i], then END when last. A key that failed with an error status makes the
+// part that one error line instead, which ends the answer: ended is true then, and after
+// the last part.
+func AppendTextRetrievalPart(dst []byte, req *Request, resps []Response, last bool) (out []byte, ended bool) {
 	for i := range resps {
 		if isTextError(resps[i].Status) {
-			return appendTextStatus(dst, &resps[i])
+			return appendTextStatus(dst, &resps[i]), true
 		}
 	}
 	withCas := req.Op == OpGets || req.Op == OpGats
@@ -84,7 +94,10 @@ func appendTextRetrieval(dst []byte, req *Request, resps []Response) []byte {
 		dst = append(dst, r.Value...)
 		dst = append(dst, textCRLF...)
 	}
-	return append(dst, "END\r\n"...)
+	if !last {
+		return dst, false
+	}
+	return append(dst, "END\r\n"...), true
 }
 
 // isTextError reports whether s is an error rather than an outcome; for a retrieval the

@@ -19,6 +19,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // Options configure a Proxy. The zero value of each field is usable.
@@ -48,6 +49,7 @@ type Proxy struct {
 	mirroring sync.WaitGroup // the copies in progress
 
 	flights dedup.Group[protocol.Response] // get/gets in flight, for dedup
+	writes  writeStripes                   // writes in flight, which end sharing for their keys
 	queue   *fireforget.Queue              // fire-and-forget writes
 }
 
@@ -179,6 +181,7 @@ func retryable(op protocol.Op) bool {
 func (p *Proxy) flushAll(ctx context.Context, t *topology.Topology, req *protocol.Request) protocol.Response {
 	members := t.Members()
 	answers := make([]protocol.Response, len(members))
+	turn.Split(ctx, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
 		wg.Add(1)

@@ -9,6 +9,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // retrieve answers a get, gets, gat or gats, in the client's key order: from the hot cache
@@ -45,7 +46,7 @@ func (p *Proxy) retrieveOne(ctx context.Context, t *topology.Topology, req *prot
 		return
 	}
 	var f *dedup.Flight[protocol.Response]
-	if t.Dedup {
+	if t.Dedup && !p.writes.inFlight(k) {
 		var leader bool
 		if f, leader = p.flights.Start(k); !leader {
 			p.follow(ctx, f, k, &out[0])
@@ -80,7 +81,7 @@ func (p *Proxy) retrieveShared(ctx context.Context, t *topology.Topology, req *p
 			continue
 		}
 		l := lead{i: i, hot: hot, epoch: epoch}
-		if t.Dedup {
+		if t.Dedup && !p.writes.inFlight(k) {
 			f, leader := p.flights.Start(k)
 			if !leader {
 				follows = append(follows, follow{i, f})
@@ -178,6 +179,7 @@ func (p *Proxy) fanOut(ctx context.Context, poolFor func([]byte) *pool.Pool, req
 	}
 	for attempt := 0; len(idx) > 0; attempt++ {
 		shares := split(poolFor, req.Keys, idx)
+		turn.Split(ctx, len(shares)) // the connection's next request waits for every share to be sent
 		errs := make([]error, len(shares))
 		var wg sync.WaitGroup
 		for s := range shares {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
@@ -14,9 +15,12 @@ import (
 // Either way the key's hot cache entry and shared fetches end before the answer.
 func (p *Proxy) write(ctx context.Context, t *topology.Topology, req *protocol.Request, one []protocol.Response) {
 	key, resp := req.Key, &one[0]
-	if t.Hot.Hot(key) {
-		t.Hot.Drop(key)
-	}
+	// From here until the answer, reads of key neither join a fetch already in flight nor
+	// lead one that others join: such a fetch may reach the server before this write
+	// does, and a read sent after the write (a pipelined "set k; get k") must see it.
+	p.writes.begin(key)
+	defer p.writes.end(key)
+	p.settle(t, key)
 	if req.Op.IsStorage() && req.Op != protocol.OpCas && t.InBackground(key) {
 		if err := p.queue.Enqueue(ctx, req); err != nil {
 			*resp = protocol.Response{Status: protocol.StatusTempFailure, Msg: "fire-and-forget: " + err.Error()}
@@ -71,3 +75,20 @@ func (e *statusError) Error() string {
 	}
 	return "not stored (status " + strconv.Itoa(int(e.resp.Status)) + ")"
 }
+
+// writeStripes counts the writes in flight by stripe of their key, so that reads of a key
+// being written do not share fetches (see write). A stripe shared by other keys only costs
+// those keys their sharing for a moment.
+type writeStripes [256]atomic.Int32
+
+func stripe(key []byte) int {
+	h := uint32(2166136261) // FNV-1a
+	for _, c := range key {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return int(h % 256)
+}
+
+func (w *writeStripes) begin(key []byte)         { w[stripe(key)].Add(1) }
+func (w *writeStripes) end(key []byte)           { w[stripe(key)].Add(-1) }
+func (w *writeStripes) inFlight(key []byte) bool { return w[stripe(key)].Load() != 0 }

@@ -1,0 +1,99 @@
+package frontend
+
+import (
+	"context"
+	"time"
+
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
+)
+
+// task is one client request (or one run of binary quiet gets answered together) between
+// its decoding and the write of its answer. The connection's reader fills it; then whoever
+// runs it (the reader itself, or a goroutine of its own when the request is pipelined)
+// owns it until complete, and then the writer, until it is recycled.
+//
+// A task is the context its request is handled with: the server's context, plus the
+// request's turn (package turn), without an allocation per request.
+type task struct {
+	base context.Context // the server's handlers' context
+	turn turn.Turn       // zero for a request run by the reader with nothing else in flight
+
+	req   protocol.Request
+	batch []protocol.Request // binary quiet gets answered together; req is their multi-key get
+	keys  [][]byte           // backing array of req.Keys when the task owns them
+	data  []byte             // the request's bytes when the task owns them (pipelined)
+	resps []protocol.Response
+
+	stream bool   // a multi-key retrieval answered part by part (see conn.stream)
+	weight int    // the keys the task counts in the connection's window (see conn.admit)
+	size   int    // the request bytes it counts there
+	out    []byte // the encoded answer; nil until complete, or for a silent answer
+	done   bool   // complete: out is final; guarded by conn.mu
+}
+
+func (t *task) Deadline() (time.Time, bool) { return t.base.Deadline() }
+func (t *task) Done() <-chan struct{}       { return t.base.Done() }
+func (t *task) Err() error                  { return t.base.Err() }
+
+func (t *task) Value(key any) any {
+	if _, ok := key.(turn.ContextKey); ok && !t.turn.Zero() {
+		return &t.turn
+	}
+	return t.base.Value(key)
+}
+
+// own copies the request's bytes into the task, which then no longer refers to the
+// reader's buffer: the reader goes on decoding while the task runs.
+func (t *task) own() {
+	r := &t.req
+	n := len(r.Key) + len(r.Value) + len(r.Args)
+	for _, k := range r.Keys {
+		n += len(k)
+	}
+	if cap(t.data) < n {
+		t.data = make([]byte, 0, n)
+	}
+	d := t.data[:0]
+	take := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		start := len(d)
+		d = append(d, b...)
+		return d[start:len(d):len(d)]
+	}
+	r.Key, r.Value, r.Args = take(r.Key), take(r.Value), take(r.Args)
+	if len(r.Keys) > 0 {
+		t.keys = t.keys[:0]
+		for _, k := range r.Keys {
+			t.keys = append(t.keys, take(k))
+		}
+		r.Keys = t.keys
+	}
+	t.data = d
+}
+
+// size is the bytes a request holds: what the connection's window counts.
+func size(r *protocol.Request) int {
+	n := len(r.Key) + len(r.Value)
+	for _, k := range r.Keys {
+		n += len(k)
+	}
+	return n
+}
+
+// reset readies the task for reuse, dropping references to values so that they can be
+// collected, and big buffers so that a connection does not pin them.
+func (t *task) reset() {
+	clear(t.resps)
+	clear(t.batch)
+	clear(t.keys)
+	*t = task{base: t.base, keys: t.keys[:0], data: t.data[:0], resps: t.resps[:0], batch: t.batch[:0]}
+	if cap(t.data) > keepOutput {
+		t.data = nil
+	}
+	if cap(t.resps) > keepResponses || cap(t.keys) > keepResponses || cap(t.batch) > keepResponses {
+		t.resps, t.keys, t.batch = nil, nil, nil
+	}
+}

@@ -1,0 +1,150 @@
+// Package turn keeps the pipelined requests of one client connection in the order they
+// were sent while they run at once: each request waits for its turn to be dispatched to a
+// server, and gives the turn on as soon as it is on its way.
+//
+// The interleaving it prevents, on one connection: "set k" then "get k" are both in
+// flight; the get reaches memcached first (another backend connection, or the set not yet
+// written) and answers the old value, though the client sent the set first. So request n
+// starts only when request n-1 has been dispatched — queued on a backend connection, in
+// order — and requests of one client connection share one backend connection per server
+// (Affinity), whose requests memcached executes in order.
+package turn
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// Chain hands out the turns of one connection, in order. Next is called by the
+// connection's reader only; the rest is safe for concurrent use.
+type Chain struct {
+	affinity uint32
+
+	mu   sync.Mutex
+	last *Turn // the newest turn not yet released, nil when every turn is; guarded by mu
+}
+
+// NewChain returns the chain of a connection whose requests go to backend connection
+// affinity (modulo their number) of every server.
+func NewChain(affinity uint32) *Chain {
+	return &Chain{affinity: affinity}
+}
+
+// Turn is one request's place in its connection's order. The zero Turn is not in any
+// order: Wait returns at once and Dispatched does nothing. A Turn may be used again for
+// another request once released.
+type Turn struct {
+	chain *Chain
+	next  *Turn         // the turn after this one, once there is one; guarded by chain.mu
+	ready chan struct{} // receives once when every earlier turn is released; made once
+	done  bool          // released; guarded by chain.mu
+
+	parts    atomic.Int32 // dispatches still expected after Split
+	held     atomic.Bool  // Hold: only Release gives the turn on
+	released atomic.Bool
+}
+
+// Zero reports whether t is the zero Turn, in no order.
+func (t *Turn) Zero() bool { return t.chain == nil }
+
+// Next makes t the connection's next turn.
+func (c *Chain) Next(t *Turn) {
+	if t.ready == nil {
+		t.ready = make(chan struct{}, 1)
+	}
+	t.chain, t.next, t.done = c, nil, false
+	t.parts.Store(0)
+	t.held.Store(false)
+	t.released.Store(false)
+	c.mu.Lock()
+	prev := c.last
+	c.last = t
+	if prev != nil {
+		prev.next = t // prev's Release lets t go
+	}
+	c.mu.Unlock()
+	if prev == nil {
+		t.ready <- struct{}{}
+	}
+}
+
+// Hold keeps the turn until Release, whatever the request dispatches meanwhile: a request
+// that dispatches in several waves (a multi-get answered part by part) holds it so that no
+// later request overtakes its later waves.
+func (t *Turn) Hold() { t.held.Store(true) }
+
+// Wait blocks until every earlier turn of the chain has been dispatched. Earlier turns are
+// released at the latest when their request ends, which every request does within its
+// timeouts, so Wait needs no deadline of its own.
+func (t *Turn) Wait() {
+	if t.chain != nil {
+		<-t.ready
+	}
+}
+
+// Release gives the turn on; the next request may start. Idempotent. A turn is released
+// after its Wait returned, so turns are released in order.
+func (t *Turn) Release() {
+	if t.chain == nil || t.released.Swap(true) {
+		return
+	}
+	c := t.chain
+	c.mu.Lock()
+	t.done = true
+	next := t.next
+	if c.last == t {
+		c.last = nil
+	}
+	c.mu.Unlock()
+	if next != nil {
+		next.ready <- struct{}{}
+	}
+}
+
+// ContextKey is the context key of a request's *Turn. With sets it; a caller's own
+// context type may answer Value(ContextKey{}) itself to avoid With's allocation.
+type ContextKey struct{}
+
+// With returns ctx carrying t, for the servers that dispatch the request.
+func With(ctx context.Context, t *Turn) context.Context {
+	return context.WithValue(ctx, ContextKey{}, t)
+}
+
+// From is the turn ctx carries, or nil.
+func From(ctx context.Context) *Turn {
+	t, _ := ctx.Value(ContextKey{}).(*Turn)
+	return t
+}
+
+// Dispatched tells the request's turn that one of its dispatches is on its way: queued on
+// a backend connection, or executed by an in-process store. A server calls it exactly once
+// per request it is given, whether it sends it or fails it at once.
+func Dispatched(ctx context.Context) {
+	t := From(ctx)
+	if t == nil || t.held.Load() {
+		return
+	}
+	if t.parts.Load() > 0 && t.parts.Add(-1) > 0 {
+		return
+	}
+	t.Release()
+}
+
+// Split says that the request is about to make n dispatches in parallel (a multi-key get
+// over n servers): its turn is given on when all n are on their way.
+func Split(ctx context.Context, n int) {
+	if t := From(ctx); t != nil && n > 1 && !t.held.Load() {
+		t.parts.Store(int32(n))
+	}
+}
+
+// Affinity is the backend connection index the request's connection uses, when the
+// request is pipelined (it has a turn).
+func Affinity(ctx context.Context) (uint32, bool) {
+	t := From(ctx)
+	if t == nil || t.chain == nil {
+		return 0, false
+	}
+	return t.chain.affinity, true
+}

@@ -91,7 +91,7 @@ type testServer struct {
 
 // startServer serves s on 127.0.0.1:0; the test's cleanup shuts it down (unless the test
 // already did) and checks that Serve returned ErrServerClosed.
-func startServer(t *testing.T, s *frontend.Server) *testServer {
+func startServer(t testing.TB, s *frontend.Server) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -113,7 +113,7 @@ func startServer(t *testing.T, s *frontend.Server) *testServer {
 }
 
 // startProxy serves the two-shard proxy.
-func startProxy(t *testing.T) *testServer {
+func startProxy(t testing.TB) *testServer {
 	t.Helper()
 	return startServer(t, &frontend.Server{Handler: newProxy(t)})
 }

@@ -89,9 +89,17 @@ func (t *task) reset() {
 	clear(t.resps)
 	clear(t.batch)
 	clear(t.keys)
-	*t = task{base: t.base, keys: t.keys[:0], data: t.data[:0], resps: t.resps[:0], batch: t.batch[:0]}
+	// Field by field: the turn keeps what it reuses (Chain.Next readies it again), and a
+	// task run by the reader must not look as if it had a turn.
+	t.turn.Leave()
+	t.req = protocol.Request{}
+	t.keys, t.data, t.resps, t.batch, t.out = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0]
+	t.stream, t.weight, t.size, t.done = false, 0, 0, false
 	if cap(t.data) > keepOutput {
 		t.data = nil
+	}
+	if cap(t.out) > keepOutput {
+		t.out = nil
 	}
 	if cap(t.resps) > keepResponses || cap(t.keys) > keepResponses || cap(t.batch) > keepResponses {
 		t.resps, t.keys, t.batch = nil, nil, nil

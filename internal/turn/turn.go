@@ -45,6 +45,10 @@ type Turn struct {
 	released atomic.Bool
 }
 
+// Leave takes a released turn out of its chain, so that it is zero again (Zero) until the
+// next Next; it keeps its wake-up channel for that.
+func (t *Turn) Leave() { t.chain, t.next = nil, nil }
+
 // Zero reports whether t is the zero Turn, in no order.
 func (t *Turn) Zero() bool { return t.chain == nil }
 

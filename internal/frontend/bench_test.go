@@ -1,0 +1,62 @@
+package frontend_test
+
+import (
+	"fmt"
+	"io"
+	"testing"
+	"time"
+)
+
+// BenchmarkRequest is one get answered over loopback by the frontend and the request path
+// over embedded shards: the path a client waiting for each answer takes. Its allocations
+// are the server's (the client reuses its buffers).
+func BenchmarkRequest(b *testing.B) {
+	ts := startProxy(b)
+	c := dial(b, ts.addr)
+	c.send([]byte("set bench 0 0 5\r\nvalue\r\n"))
+	c.expect("STORED\r\n")
+	req := []byte("get bench\r\n")
+	want := "VALUE bench 0 5\r\nvalue\r\nEND\r\n"
+	buf := make([]byte, len(want))
+	_ = c.nc.SetDeadline(time.Time{})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := c.nc.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c.r, buf); err != nil || string(buf) != want {
+			b.Fatalf("%q %v", buf, err)
+		}
+	}
+}
+
+// BenchmarkPipeline is 100 gets sent in one write and their answers read, and reports the
+// write system calls the answers took.
+func BenchmarkPipeline(b *testing.B) {
+	const n = 100
+	ts := startProxy(b)
+	c := dial(b, ts.addr)
+	var req, want []byte
+	for i := range n {
+		c.send(fmt.Appendf(nil, "set p%02d 0 0 5\r\nvalue\r\n", i))
+		c.expect("STORED\r\n")
+		req = fmt.Appendf(req, "get p%02d\r\n", i)
+		want = fmt.Appendf(want, "VALUE p%02d 0 5\r\nvalue\r\nEND\r\n", i)
+	}
+	buf := make([]byte, len(want))
+	_ = c.nc.SetDeadline(time.Time{})
+	sc := ts.ln.conn(0)
+	before := sc.writes.Load()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := c.nc.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c.r, buf); err != nil || string(buf) != string(want) {
+			b.Fatalf("%q %v", buf, err)
+		}
+	}
+	b.ReportMetric(float64(sc.writes.Load()-before)/float64(b.N), "writes/op")
+}

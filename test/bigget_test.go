@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,25 +80,8 @@ func bigGet(addr string, n int) (int, error) {
 	}
 }
 
-// peakRSS is the peak resident set size of process pid (VmHWM), in MiB.
-func peakRSS(t *testing.T, pid int) float64 {
-	t.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return float64(kb) / 1024
-		}
-	}
-	t.Fatal("no VmHWM")
-	return 0
-}
+// peakRSS is the peak resident set size of process pid, in MiB.
+func peakRSS(t *testing.T, pid int) float64 { return float64(procStatus(t, pid, "VmHWM")) / 1024 }
 
 // TestLargeMultiGet: multi-gets of hundreds of 1 MiB values, with the default timeouts,
 // complete; the server is never taken for dead, a small client beside them sees no error,

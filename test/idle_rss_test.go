@@ -80,22 +80,25 @@ func TestIdleConnectionMemory(t *testing.T) {
 }
 
 // vmRSS is the resident set size of process pid, in KiB.
-func vmRSS(t *testing.T, pid int) int64 {
+func vmRSS(t *testing.T, pid int) int64 { return procStatus(t, pid, "VmRSS") }
+
+// procStatus is a size field of /proc/pid/status (VmRSS, VmHWM, …), in KiB.
+func procStatus(t *testing.T, pid int, field string) int64 {
 	t.Helper()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			if err != nil {
-				t.Fatalf("VmRSS line %q: %v", line, err)
+				t.Fatalf("%s line %q: %v", field, line, err)
 			}
 			return kb
 		}
 	}
-	t.Fatalf("no VmRSS in /proc/%d/status", pid)
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
 }
 

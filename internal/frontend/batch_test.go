@@ -50,14 +50,27 @@ func TestQuietGetsAnsweredAsOneBatch(t *testing.T) {
 	stream = append(stream, binRequest(0x0a, 1, nil, nil, nil)...) // noop
 	c.send(stream)
 	c.read(24) // the noop's answer: the setqs were quiet
-	before := srv.calls.Load()
 
 	stream = stream[:0]
 	for i := range 100 {
 		stream = append(stream, binRequest(0x0d, uint32(i), nil, []byte(fmt.Sprintf("k%d", i)), nil)...) // getkq
 	}
 	stream = append(stream, binRequest(0x0a, 7777, nil, nil, nil)...)
-	c.send(stream)
+	// The first run teaches moxi the size of the values (until then it answers a large
+	// multi-get in small parts, in case the values are large); the second is measured.
+	for run := range 2 {
+		before := srv.calls.Load()
+		c.send(stream)
+		readBatch(t, c)
+		if n := srv.calls.Load() - before; run == 1 && n != 1 {
+			t.Errorf("100 pipelined getkq cost %d server requests; want 1", n)
+		}
+	}
+}
+
+// readBatch reads the answers to the getkq run of TestQuietGetsAnsweredAsOneBatch.
+func readBatch(t *testing.T, c *client) {
+	t.Helper()
 	for i := 0; i < 100; i += 2 {
 		hdr := c.read(24)
 		if hdr[1] != 0x0d || binary.BigEndian.Uint32(hdr[12:16]) != uint32(i) {
@@ -71,8 +84,5 @@ func TestQuietGetsAnsweredAsOneBatch(t *testing.T) {
 	}
 	if hdr := c.read(24); hdr[1] != 0x0a || binary.BigEndian.Uint32(hdr[12:16]) != 7777 {
 		t.Fatalf("after the hits: opcode %#x, want the noop", hdr[1])
-	}
-	if n := srv.calls.Load() - before; n != 1 {
-		t.Errorf("100 pipelined getkq cost %d server requests; want 1", n)
 	}
 }

@@ -40,8 +40,8 @@ type Server struct {
 	readers sync.Pool // of *bufio.Reader, lent to connections while they are busy
 	tasks   sync.Pool // of *task, with their buffers, lent to connections per request
 
-	// valueBytes is a running average of the value sizes clients store and fetch, which sizes
-	// the parts a large multi-key get is answered in (see partKeys).
+	// valueBytes is a running average of the value sizes multi-key gets fetch, which sizes
+	// the parts a large multi-key get is answered in (see partKeys); 0 until the first.
 	valueBytes atomic.Int64
 
 	closing   atomic.Bool // set once by Shutdown, under mu
@@ -225,36 +225,45 @@ func (s *Server) putTask(t *task) {
 
 // A multi-key get is answered in parts of about partBytes of values (see conn.stream), so
 // that the values held for one request stay bounded whatever the number of keys: between
-// minPartKeys and maxPartKeys keys, by the average value size seen so far. A get of no
-// more keys than one part is answered whole, in one round trip per server.
+// minPartKeys and maxPartKeys keys, by the average value size of multi-key gets so far
+// (until there is one, as if values were unknownValueBytes). A get of no more keys than one
+// part is answered whole, in one round trip per server.
 const (
-	partBytes   = 4 << 20
-	minPartKeys = 16
-	maxPartKeys = 1024
+	partBytes         = 4 << 20
+	minPartKeys       = 4
+	maxPartKeys       = 1024
+	unknownValueBytes = partBytes / minPartKeys
 )
 
-// partKeys is the number of keys in one part of a multi-key get's answer.
+// partKeys is the number of keys in the first part of a multi-key get's answer.
 func (s *Server) partKeys() int {
-	avg := max(s.valueBytes.Load(), 1)
-	return int(min(max(partBytes/avg, minPartKeys), maxPartKeys))
+	avg := s.valueBytes.Load()
+	if avg == 0 {
+		avg = unknownValueBytes
+	}
+	return keysFor(avg)
 }
 
-// observe folds the values of a request and its answer into the running average.
+// keysFor is the number of keys of a part whose values average avg bytes.
+func keysFor(avg int64) int {
+	return int(min(max(partBytes/max(avg, 1), minPartKeys), maxPartKeys))
+}
+
+// observe folds the values of a multi-key get's answer into the running average.
 func (s *Server) observe(req *protocol.Request, resps []protocol.Response) {
+	if !req.Op.IsRetrieval() || len(resps) < 2 {
+		return
+	}
 	var sum, n int64
-	if req.Op.IsStorage() {
-		sum, n = int64(len(req.Value)), 1
-	} else if req.Op.IsRetrieval() {
-		for i := range resps {
-			if resps[i].Status == protocol.StatusOK {
-				sum += int64(len(resps[i].Value))
-				n++
-			}
+	for i := range resps {
+		if resps[i].Status == protocol.StatusOK {
+			sum += int64(len(resps[i].Value))
+			n++
 		}
 	}
 	if n == 0 {
 		return
 	}
-	avg := s.valueBytes.Load()
-	s.valueBytes.Store(avg + (sum/n-avg)/8) // a lost update between racing callers is harmless
+	avg := max(s.valueBytes.Load(), 1)
+	s.valueBytes.Store(max(avg+(sum/n-avg)/8, 1)) // a lost update between racing callers is harmless
 }

@@ -26,6 +26,7 @@ type call struct {
 	resps []protocol.Response // one per opaque; a batch's last is its noop
 	err   error               // the connection failed before the answer arrived
 
+	sent     atomic.Int64  // Server.clock when the conn finished writing the call's packets; 0 until then
 	state    atomic.Int32  // callWaiting → callDone or callAbandoned, once
 	done     chan struct{} // receives once when state becomes callDone
 	timer    *time.Timer   // the caller's timeout

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
@@ -31,6 +33,7 @@ type conn struct {
 	up      atomic.Bool   // a connection is established; read without mu to pick a conn
 	pending atomic.Bool   // wbuf holds packets writeLoop has not taken yet (set under mu)
 	kick    chan struct{} // wakes writeLoop; capacity 1, so a wake-up is never lost or blocking
+	waiting atomic.Int64  // the clock when readLoop began to wait for bytes; 0 while it is busy with some
 
 	mu      sync.Mutex
 	nc      net.Conn      // nil while down
@@ -40,6 +43,7 @@ type conn struct {
 	wbuf    []byte        // packets not yet written
 	spare   []byte        // the other write buffer, while writeLoop writes one
 	queue   fifo          // calls sent and not yet answered, in send order
+	unsent  int           // how many of the newest calls in queue have their packets in wbuf
 	opaque  uint32        // next opaque
 	closed  bool          // Close was called
 }
@@ -59,6 +63,7 @@ func (c *conn) enqueue(cl *call) bool {
 	c.wbuf = cl.encode(c.wbuf, c.opaque)
 	c.opaque += cl.n
 	c.queue.push(cl)
+	c.unsent++
 	c.pending.Store(true)
 	c.mu.Unlock()
 	select {
@@ -83,25 +88,83 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 		runtime.Gosched()
 		c.mu.Lock()
 		for len(c.wbuf) > 0 && c.nc == nc {
-			buf := c.wbuf
-			c.wbuf, c.spare = c.spare[:0], nil
+			buf, batch := c.wbuf, c.unsent
+			c.wbuf, c.spare, c.unsent = c.spare[:0], nil, 0
 			c.pending.Store(false)
 			c.mu.Unlock()
 
-			_ = nc.SetWriteDeadline(time.Now().Add(c.s.opts.Timeout))
-			c.s.writes.Add(1)
-			if _, err := nc.Write(buf); err != nil {
+			if err := c.write(nc, buf); err != nil {
 				c.fail(nc, fmt.Errorf("write: %w", err))
 				return
 			}
 
 			c.mu.Lock()
+			if c.nc == nc {
+				c.queue.sent(c.unsent, batch, c.s.clock())
+			}
 			if cap(buf) <= keepWriteBuffer {
 				c.spare = buf[:0]
 			}
 		}
 		c.mu.Unlock()
 	}
+}
+
+// write writes buf to nc. Like a call's timeout, the write's measures the server, not the
+// size of buf: it fails when the server has taken nothing for Timeout, unless it has been
+// sending answers meanwhile (memcached reads no more requests from a connection while it is
+// writing a large answer on it, until moxi has read that).
+func (c *conn) write(nc net.Conn, buf []byte) error {
+	timeout := c.s.opts.Timeout
+	for {
+		since := c.s.clock()
+		_ = nc.SetWriteDeadline(time.Now().Add(timeout))
+		c.s.writes.Add(1)
+		n, err := nc.Write(buf)
+		buf = buf[n:]
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || n == 0 && c.silence(since) >= timeout {
+			return err
+		}
+	}
+}
+
+// silence is how long the server has kept c waiting for bytes, counted from since (a
+// clock) at the earliest. Only the server's delays count, not moxi's: it is 0 while since
+// is 0 (a call's packets are not written yet: write measures the server meanwhile), while
+// readLoop is busy with bytes received, and when bytes wait that readLoop has not been
+// scheduled to read yet (on a loaded machine that can take longer than Timeout).
+func (c *conn) silence(since int64) time.Duration {
+	w := c.waiting.Load()
+	if since == 0 || w == 0 {
+		return 0
+	}
+	d := time.Duration(c.s.clock() - max(since, w))
+	if d >= c.s.opts.Timeout && c.unread() {
+		return 0
+	}
+	return d
+}
+
+// unread reports whether bytes from the server wait in the socket's receive buffer. It
+// costs a system call, so it is asked only before a timeout.
+func (c *conn) unread() bool {
+	c.mu.Lock()
+	nc := c.nc
+	c.mu.Unlock()
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, _ = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	})
+	return n > 0
 }
 
 // waitReady waits for a dial in progress to end, up to timeout; ErrDown when no dial is in
@@ -181,7 +244,7 @@ func (c *conn) dialLoop() {
 
 // readLoop decodes answers from nc and completes their calls until nc fails.
 func (c *conn) readLoop(nc net.Conn) {
-	br := bufio.NewReaderSize(nc, 32<<10)
+	br := bufio.NewReaderSize(watchedReader{c, nc}, 32<<10)
 	lim := c.s.opts.Limits
 	var h protocol.BinaryResponseHeader
 	for {
@@ -199,6 +262,20 @@ func (c *conn) readLoop(nc net.Conn) {
 			return
 		}
 	}
+}
+
+// watchedReader is nc as readLoop reads it: it notes when readLoop waits for the server,
+// the only time a silence can be the server's.
+type watchedReader struct {
+	c  *conn
+	nc net.Conn
+}
+
+func (r watchedReader) Read(p []byte) (int, error) {
+	r.c.waiting.Store(r.c.s.clock())
+	n, err := r.nc.Read(p)
+	r.c.waiting.Store(0)
+	return n, err
 }
 
 // deliver gives one answer packet to the call it belongs to: the oldest call in the queue,
@@ -247,7 +324,7 @@ func (c *conn) fail(nc net.Conn, err error) {
 	close(c.stop)
 	c.up.Store(false)
 	c.pending.Store(false)
-	c.wbuf = c.wbuf[:0]
+	c.wbuf, c.unsent = c.wbuf[:0], 0
 	calls := c.queue.drain()
 	closed := c.closed
 	c.mu.Unlock()
@@ -310,6 +387,15 @@ func (q *fifo) front() *call {
 func (q *fifo) pop() {
 	q.items[q.head] = nil
 	q.head++
+}
+
+// sent stamps with now the n calls queued before the newest skip: a batch just written,
+// and the calls queued since. Those of the n already answered are gone from the front.
+func (q *fifo) sent(skip, n int, now int64) {
+	end := max(q.head, len(q.items)-skip)
+	for _, cl := range q.items[max(q.head, end-n):end] {
+		cl.sent.Store(now)
+	}
 }
 
 func (q *fifo) drain() []*call {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 var _ pool.Server = (*Server)(nil)
@@ -26,7 +27,7 @@ type Options struct {
 	Addr           string          // host:port of the memcached server
 	Connections    int             // persistent connections
 	ConnectTimeout time.Duration   // per dial
-	Timeout        time.Duration   // per request, from send to answer
+	Timeout        time.Duration   // how long the server may send nothing while it owes an answer, or take nothing moxi writes
 	FailureLimit   int             // consecutive failures that mark the server dead
 	RetryMin       time.Duration   // first wait before probing a dead server
 	RetryMax       time.Duration   // the wait doubles up to this
@@ -66,6 +67,7 @@ var (
 // Server sends requests to one memcached server. Safe for concurrent use.
 type Server struct {
 	opts  Options
+	epoch time.Time // the origin of clock
 	conns []*conn
 	next  atomic.Uint32
 	calls sync.Pool      // of *call
@@ -85,7 +87,7 @@ type Server struct {
 // before a connection is up wait for it up to their timeout.
 func New(opts Options) *Server {
 	opts.setDefaults()
-	s := &Server{opts: opts, quit: make(chan struct{}), slots: make(chan struct{}, opts.MaxInFlight)}
+	s := &Server{opts: opts, epoch: time.Now(), quit: make(chan struct{}), slots: make(chan struct{}, opts.MaxInFlight)}
 	s.health.init()
 	s.conns = make([]*conn, opts.Connections)
 	for i := range s.conns {
@@ -116,7 +118,17 @@ func (s *Server) Close() error {
 
 // Do sends req and waits for its answer (see pool.Server). A retrieval of several keys is
 // one batch of quiet gets ended by a noop; a key repeated in it is asked for once.
+//
+// Do gives the request's turn on (package turn) once its order among the connection's
+// requests is fixed, when it is queued, or when it fails before that; a request with a turn
+// goes on its client connection's backend connection (turn.Affinity).
 func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+	dispatched := false
+	defer func() {
+		if !dispatched { // failed before it was queued (or panicked): the client may go on
+			turn.Dispatched(ctx)
+		}
+	}()
 	s.requests.Add(1)
 	if s.health.dead.Load() {
 		s.down.Add(1)
@@ -135,7 +147,13 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 	} else {
 		cl.prepareSingle(req)
 	}
-	err := s.send(ctx, cl)
+	c, err := s.queue(ctx, cl)
+	if err == nil {
+		// Its place among c's requests is fixed: the client's next request may go.
+		dispatched = true
+		turn.Dispatched(ctx)
+		err = s.wait(ctx, c, cl)
+	}
 	if err == nil {
 		err = cl.err
 	}
@@ -163,27 +181,49 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 	return nil
 }
 
-// send queues cl on a connection and waits for its answer, its timeout or ctx. On success
-// cl holds the answer; cl.err may hold a connection failure.
-func (s *Server) send(ctx context.Context, cl *call) error {
-	c := s.pick()
-	if !c.enqueue(cl) {
-		// Not connected: wait for a dial in progress, within the request's timeout.
-		if err := c.waitReady(ctx, s.opts.Timeout); err != nil {
-			return err
-		}
-		if !c.enqueue(cl) {
-			return ErrDown
-		}
+// queue puts cl on a connection, waiting for a dial in progress if it must.
+func (s *Server) queue(ctx context.Context, cl *call) (*conn, error) {
+	c := s.pick(ctx)
+	if c.enqueue(cl) {
+		return c, nil
 	}
+	// Not connected: wait for a dial in progress, within the request's timeout.
+	if err := c.waitReady(ctx, s.opts.Timeout); err != nil {
+		return nil, err
+	}
+	if !c.enqueue(cl) {
+		return nil, ErrDown
+	}
+	return c, nil
+}
+
+// wait waits for the answer to cl, queued on c, until the server has been silent for
+// Timeout or ctx is done. On success cl holds the answer; cl.err may hold a connection
+// failure.
+//
+// The server's silence, not the time since cl was queued, is what times out: the answers
+// before cl's (one 300 MB get, say) and cl's own may take longer than Timeout to arrive,
+// and as long as they keep arriving the server is doing its job; nor is the server late
+// while moxi has not written cl out yet, or not read what it sent (c.silence). So when the
+// timer fires early in a silence, it is set again for the rest of Timeout.
+func (s *Server) wait(ctx context.Context, c *conn, cl *call) error {
 	cl.timer.Reset(s.opts.Timeout)
-	select {
-	case <-cl.done:
-		cl.timer.Stop()
-		return nil
-	case <-cl.timer.C:
-	case <-ctx.Done():
-		cl.timer.Stop()
+waiting:
+	for {
+		select {
+		case <-cl.done:
+			cl.timer.Stop()
+			return nil
+		case <-ctx.Done():
+			cl.timer.Stop()
+			break waiting
+		case <-cl.timer.C:
+			quiet := c.silence(cl.sent.Load())
+			if quiet >= s.opts.Timeout {
+				break waiting
+			}
+			cl.timer.Reset(s.opts.Timeout - quiet)
+		}
 	}
 	if cl.abandon() {
 		// The connection still owns cl and will drop its late answer; never reuse it.
@@ -196,6 +236,10 @@ func (s *Server) send(ctx context.Context, cl *call) error {
 	<-cl.done // answered while we gave up: take the answer
 	return nil
 }
+
+// clock is a monotonic time in nanoseconds since s was made: it fits an atomic.Int64,
+// and a step of the wall clock cannot turn into a silence.
+func (s *Server) clock() int64 { return int64(time.Since(s.epoch)) }
 
 // acquire waits for room among the requests in flight, up to the request timeout.
 func (s *Server) acquire(ctx context.Context) error {
@@ -272,16 +316,24 @@ func (s *Server) Stats() []protocol.Stat {
 	}
 }
 
-// pick chooses a connection: one whose next write is already pending, so that the request
-// joins that batch (fewer, larger writes are what makes a proxy fast), else the next one
-// that is up, round-robin, which spreads load over the server's worker threads.
-func (s *Server) pick() *conn {
+// pick chooses a connection. A request with a turn goes on its client connection's
+// backend connection while that is up: memcached executes one connection's requests in
+// order, so the client's order, fixed by its turns, is the order they run in. Any other
+// request goes on one whose next write is already pending, so that it joins that batch
+// (fewer, larger writes are what makes a proxy fast), else the next one that is up,
+// round-robin, which spreads load over the server's worker threads.
+func (s *Server) pick(ctx context.Context) *conn {
+	n := uint32(len(s.conns))
+	if a, ok := turn.Affinity(ctx); ok {
+		if c := s.conns[a%n]; c.up.Load() {
+			return c
+		}
+	}
 	for _, c := range s.conns {
 		if c.pending.Load() {
 			return c
 		}
 	}
-	n := uint32(len(s.conns))
 	start := s.next.Add(1)
 	for i := range n {
 		c := s.conns[(start+i)%n]

@@ -20,6 +20,9 @@ import (
 // can no longer be trusted, so the connection is closed.
 var errDesync = errors.New("answer out of step with requests")
 
+// maxYields bounds the times writeLoop yields for more requests to share a write.
+const maxYields = 8
+
 // keepWriteBuffer bounds the write buffer kept between bursts (a 1 MB set is not pinned).
 const keepWriteBuffer = 256 << 10
 
@@ -84,9 +87,19 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 		}
 		// Let the goroutines that are ready to run (clients with requests of their own)
 		// queue them first, so that they share this write. When nothing else is ready this
-		// returns at once, so an idle proxy adds no latency.
-		runtime.Gosched()
+		// returns at once, so an idle proxy adds no latency. While requests keep arriving
+		// (a client's pipeline being dispatched one request after another), yield again, a
+		// few times at most.
 		c.mu.Lock()
+		for range maxYields {
+			n := len(c.wbuf)
+			c.mu.Unlock()
+			runtime.Gosched()
+			c.mu.Lock()
+			if len(c.wbuf) == n {
+				break
+			}
+		}
 		for len(c.wbuf) > 0 && c.nc == nc {
 			buf, batch := c.wbuf, c.unsent
 			c.wbuf, c.spare, c.unsent = c.spare[:0], nil, 0

@@ -68,14 +68,17 @@ type conn struct {
 	batchKeyEnds [][2]int // each key's start and end in batchKeys
 
 	mu           sync.Mutex
-	cond         sync.Cond // broadcast when answers were written or the writer token is free
-	queue        []*task   // tasks whose answers are not yet written, in request order, from head; guarded by mu
-	head         int       // guarded by mu
-	windowUsed   int       // keys of the queued tasks; guarded by mu
-	windowFilled int       // request bytes of the queued tasks; guarded by mu
-	writing      bool      // a goroutine holds the writer token; guarded by mu
-	burst        bool      // the reader is decoding input already received: answers wait for the end of it; guarded by mu
-	broken       error     // a write failed: answers are dropped; guarded by mu
+	cond         sync.Cond  // broadcast when answers were written or the writer token is free
+	queue        []*task    // tasks whose answers are not yet written, in request order, from head; guarded by mu
+	head         int        // guarded by mu
+	windowUsed   int        // keys of the queued tasks; guarded by mu
+	windowFilled int        // request bytes of the queued tasks; guarded by mu
+	writing      bool       // a goroutine holds the writer token; guarded by mu
+	burst        bool       // the reader is decoding input already received: answers wait for the end of it; guarded by mu
+	busy         bool       // the reader is between idle reads (readBusy); guarded by mu
+	idleWorkers  int        // workers waiting on work; guarded by mu
+	work         chan *task // hands a task to an idle worker; nil tells it to exit
+	broken       error      // a write failed: answers are dropped; guarded by mu
 
 	// Owned by the writer token's holder.
 	written []*task
@@ -310,7 +313,8 @@ func (c *conn) start(t *task) {
 	}
 	c.chain.Next(&t.turn)
 	t.own()
-	go c.run(t)
+	t.conn = c
+	c.s.dispatch(t)
 }
 
 // admit waits for room in the window and queues t. It reports whether t is the only

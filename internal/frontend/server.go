@@ -37,8 +37,12 @@ type Server struct {
 	current atomic.Int64
 	total   atomic.Uint64
 
-	readers sync.Pool // of *bufio.Reader, lent to connections while they are busy
-	tasks   sync.Pool // of *task, with their buffers, lent to connections per request
+	readers  sync.Pool     // of *bufio.Reader, lent to connections while they are busy
+	work     chan *task    // hands a pipelined task to an idle worker (see dispatch)
+	idle     atomic.Int32  // workers waiting on work
+	stop     chan struct{} // closed by Shutdown: idle workers exit
+	stopOnce sync.Once
+	tasks    sync.Pool // of *task, with their buffers, lent to connections per request
 
 	// valueBytes is a running average of the value sizes multi-key gets fetch, which sizes
 	// the parts a large multi-key get is answered in (see partKeys); 0 until the first.
@@ -51,6 +55,7 @@ type Server struct {
 	listeners map[net.Listener]struct{} // guarded by mu
 	conns     map[*conn]struct{}        // guarded by mu
 	done      sync.WaitGroup            // one per live connection
+	workers   sync.WaitGroup            // one per worker goroutine
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -133,7 +138,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 
 	finished := make(chan struct{})
-	go func() { s.done.Wait(); close(finished) }()
+	go func() {
+		s.done.Wait() // every connection has answered what it read: no more tasks
+		s.mu.Lock()
+		if s.stop != nil {
+			s.stopOnce.Do(func() { close(s.stop) })
+		}
+		s.mu.Unlock()
+		s.workers.Wait()
+		close(finished)
+	}()
 	select {
 	case <-finished:
 		return nil
@@ -176,6 +190,7 @@ func (s *Server) track(ln net.Listener) bool {
 	if s.listeners == nil {
 		s.listeners = make(map[net.Listener]struct{})
 		s.ctx, s.cancel = context.WithCancel(context.Background())
+		s.work, s.stop = make(chan *task), make(chan struct{})
 	}
 	s.listeners[ln] = struct{}{}
 	return true
@@ -207,6 +222,42 @@ func (s *Server) removeConn(c *conn) {
 	s.mu.Unlock()
 	s.current.Add(-1)
 	s.done.Done()
+}
+
+// maxIdleWorkers bounds the goroutines kept waiting for pipelined tasks, over all
+// connections.
+const maxIdleWorkers = 128
+
+// dispatch runs a pipelined task on a worker: an idle one when there is one, else a new
+// one. Reusing goroutines spares each pipelined request a goroutine's start and the growth
+// of its stack through the request path.
+func (s *Server) dispatch(t *task) {
+	select {
+	case s.work <- t:
+	default:
+		s.workers.Add(1)
+		go s.worker(t)
+	}
+}
+
+// worker runs t, then whatever dispatch hands it, and exits when too many workers are
+// idle already, or at Shutdown.
+func (s *Server) worker(t *task) {
+	defer s.workers.Done()
+	for {
+		t.conn.run(t)
+		if s.idle.Add(1) > maxIdleWorkers {
+			s.idle.Add(-1)
+			return
+		}
+		select {
+		case t = <-s.work:
+			s.idle.Add(-1)
+		case <-s.stop:
+			s.idle.Add(-1)
+			return
+		}
+	}
 }
 
 // getTask lends a task for one request.

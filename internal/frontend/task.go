@@ -17,6 +17,7 @@ import (
 // request's turn (package turn), without an allocation per request.
 type task struct {
 	base context.Context // the server's handlers' context
+	conn *conn           // the connection, for a worker (see Server.dispatch)
 	turn turn.Turn       // zero for a request run by the reader with nothing else in flight
 
 	req   protocol.Request
@@ -94,7 +95,7 @@ func (t *task) reset() {
 	t.turn.Leave()
 	t.req = protocol.Request{}
 	t.keys, t.data, t.resps, t.batch, t.out = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0]
-	t.stream, t.weight, t.size, t.done = false, 0, 0, false
+	t.stream, t.weight, t.size, t.done, t.conn = false, 0, 0, false, nil
 	if cap(t.data) > keepOutput {
 		t.data = nil
 	}

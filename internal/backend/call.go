@@ -14,12 +14,13 @@ import (
 // drops the late answer: the opaques stay in step and no other caller sees it.
 type call struct {
 	// Set by the caller before enqueue.
-	req   *protocol.Request // valid only during Server.Do, read only while encoding
-	keys  [][]byte          // retrieval: distinct keys in first-seen order
-	index []int             // retrieval: req.Keys[i] is keys[index[i]]
-	seen  map[string]int    // retrieval: keys' positions, once there are many
-	n     uint32            // opaques the call spans: one per packet that may be answered
-	stats bool              // a stat answer: many packets with one opaque
+	req     *protocol.Request // valid only during Server.Do, read only while encoding
+	keys    [][]byte          // retrieval: distinct keys in first-seen order
+	index   []int             // retrieval: req.Keys[i] is keys[index[i]]
+	seen    map[string]int    // retrieval: keys' positions, once there are many
+	n       uint32            // opaques the call spans: one per packet that may be answered
+	stats   bool              // a stat answer: many packets with one opaque
+	casZero bool              // a text cas with unique 0, asked as a get (see encode)
 
 	// Owned by the conn between enqueue and complete.
 	base  uint32              // first opaque
@@ -55,6 +56,7 @@ func (cl *call) reset() {
 // prepareSingle readies a call for any request but a retrieval: one packet, one answer.
 func (cl *call) prepareSingle(req *protocol.Request) {
 	cl.req = req
+	cl.casZero = req.Op == protocol.OpCas && req.Cas == 0
 	cl.n = 1
 	cl.stats = req.Op == protocol.OpStats
 	cl.resps = append(cl.resps, protocol.Response{})
@@ -109,6 +111,14 @@ const smallBatch = 32
 func (cl *call) encode(dst []byte, base uint32) []byte {
 	cl.base = base
 	req := cl.req
+	if cl.casZero {
+		// Text "cas k … 0" compares with 0, which no item has: EXISTS when k exists,
+		// NOT_FOUND when not, and k untouched. In the binary protocol a cas of 0 means "do
+		// not compare", so the server is asked whether k exists instead (see answer).
+		var one [1][]byte
+		one[0] = req.Key
+		return protocol.AppendBinaryRequest(dst, &protocol.Request{Op: protocol.OpGet, Keys: one[:], Opaque: base})
+	}
 	if !req.Op.IsRetrieval() {
 		out := *req
 		out.Opaque, out.Quiet, out.WithKey = base, false, false
@@ -131,6 +141,13 @@ func (cl *call) encode(dst []byte, base uint32) []byte {
 
 // answer copies the answers into the caller's responses, in the caller's key order.
 func (cl *call) answer(req *protocol.Request, resps []protocol.Response) {
+	if cl.casZero {
+		resps[0] = protocol.Response{Status: cl.resps[0].Status, Msg: cl.resps[0].Msg}
+		if resps[0].Status == protocol.StatusOK {
+			resps[0].Status = protocol.StatusExists
+		}
+		return
+	}
 	if !req.Op.IsRetrieval() {
 		resps[0] = cl.resps[0]
 		return

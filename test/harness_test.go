@@ -4,11 +4,13 @@ package test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -81,6 +83,14 @@ type process struct {
 	cmd  *exec.Cmd
 	addr string
 	out  *syncBuffer
+
+	// moxi marks a moxi binary: when it stops, a data race it reported fails the test
+	// (see checkRace). memcached and nutcracker are not checked.
+	moxi bool
+
+	exited  chan struct{} // closed by the goroutine that waits for the process
+	waitErr error         // what Wait returned; read after exited is closed
+	stopped sync.Once
 }
 
 // syncBuffer collects a process's output, which os/exec writes from its own goroutine
@@ -105,35 +115,105 @@ func (s *syncBuffer) String() string {
 // start runs name with args and waits until addr accepts connections.
 func start(t testing.TB, addr, name string, args ...string) *process {
 	t.Helper()
+	return launch(t, addr, name, false, args)
+}
+
+// launch is start; moxi says whether the process is a moxi to check for data races.
+func launch(t testing.TB, addr, name string, moxi bool, args []string) *process {
+	t.Helper()
 	cmd := exec.Command(name, args...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	p := &process{cmd: cmd, addr: addr, out: out}
+	p := &process{cmd: cmd, addr: addr, out: out, moxi: moxi, exited: make(chan struct{})}
+	// Waiting from the start reaps a process that dies early, so that stop still learns
+	// how it ended (a race report with halt_on_error exits 66 at once). The goroutine ends
+	// when the process does; stop makes sure it does.
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
 	t.Cleanup(func() { p.stop(t) })
-	if err := memcachedtest.WaitListening(addr, 10*time.Second); err != nil {
+	if err := p.waitListening(20 * time.Second); err != nil {
 		t.Fatalf("%s on %s: %v\n%s", name, addr, err, out.String())
 	}
 	return p
 }
 
-// stop sends SIGTERM, waits up to 10 s, then kills.
+// waitListening waits until p's address accepts connections, up to timeout, and gives up
+// at once if p exits.
+func (p *process) waitListening(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", p.addr, 100*time.Millisecond)
+		if err == nil {
+			return c.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not listening after %v: %w", timeout, err)
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("exited before listening: %v", p.waitErr)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// stop sends SIGTERM, waits up to 10 s, then kills; for a moxi it then checks for data
+// races. Calls after the first do nothing.
 func (p *process) stop(t testing.TB) {
-	if p.cmd.ProcessState != nil {
+	p.stopped.Do(func() {
+		select {
+		case <-p.exited:
+			// It ended before the test did; checkRace tells whether a race is why.
+			t.Logf("%s exited before the test ended: %v", p.cmd.Path, p.waitErr)
+		default:
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+			case <-time.After(10 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.exited
+				t.Errorf("%s did not stop on SIGTERM within 10s", p.cmd.Path)
+			}
+		}
+		if p.moxi {
+			p.checkRace(t)
+		}
+	})
+}
+
+// raceExitCode is the race detector's exit status for a program that reported a race
+// (GORACE exitcode, default 66).
+const raceExitCode = 66
+
+// maxRaceExcerpt bounds how much of a process's output a race failure quotes.
+const maxRaceExcerpt = 8 << 10
+
+// checkRace fails the test if the process reported a data race: a "WARNING: DATA RACE"
+// in its output (printed whenever one is found), or the race detector's exit status (it
+// replaces a clean exit's 0 with 66 when races were reported). Called once p has exited.
+func (p *process) checkRace(t testing.TB) {
+	out := p.out.String()
+	reports := strings.Count(out, "WARNING: DATA RACE")
+	var ee *exec.ExitError
+	code66 := errors.As(p.waitErr, &ee) && ee.ExitCode() == raceExitCode
+	if reports == 0 && !code66 {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-		t.Errorf("%s did not stop on SIGTERM within 10s", p.cmd.Path)
+	var excerpt string
+	if i := strings.Index(out, "WARNING: DATA RACE"); i >= 0 {
+		excerpt = out[i:] // from the first report on
+		if len(excerpt) > maxRaceExcerpt {
+			excerpt = excerpt[:maxRaceExcerpt] + fmt.Sprintf("\n... (%d more bytes)", len(excerpt)-maxRaceExcerpt)
+		}
+	} else {
+		excerpt = out[max(0, len(out)-maxRaceExcerpt):] // the end, where the exit was explained
 	}
+	t.Errorf("%s reported a data race (%d race warnings, exit: %v):\n%s", p.cmd.Path, reports, p.waitErr, excerpt)
 }
 
 // startMoxi runs the moxi binary with args plus a free --listen address and no admin server
@@ -147,11 +227,14 @@ func startMoxi(t testing.TB, args ...string) *process {
 func startMoxiBin(t testing.TB, bin string, args ...string) *process {
 	t.Helper()
 	addr := freeAddr(t)
+	for slices.Contains(args, addr) { // an --admin address, picked the same way, can come back
+		addr = freeAddr(t)
+	}
 	all := append([]string{"--listen", addr}, args...)
 	if !containsFlag(args, "--admin") {
 		all = append(all, "--admin", "")
 	}
-	return start(t, addr, bin, all...)
+	return launch(t, addr, bin, true, all)
 }
 
 func containsFlag(args []string, flag string) bool {

@@ -24,16 +24,48 @@ type migrationJSON struct {
 
 func migrations(t testing.TB, admin string) []migrationJSON {
 	t.Helper()
-	resp, err := http.Get("http://" + admin + "/migrations")
+	out, err := getMigrations(admin)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// getMigrations is migrations for goroutines other than the test's.
+func getMigrations(admin string) ([]migrationJSON, error) {
+	resp, err := http.Get("http://" + admin + "/migrations")
+	if err != nil {
+		return nil, err
 	}
 	defer resp.Body.Close()
 	var out []migrationJSON
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return out
+	return out, nil
+}
+
+// copyReached waits until the one migration listed has copied at least n keys, or is no
+// longer copying, or stop closes, polling every 10 ms for at most 20 s.
+func copyReached(admin string, n int64, stop <-chan struct{}) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ms, err := getMigrations(admin)
+		if err != nil {
+			return err
+		}
+		if len(ms) != 1 || ms[0].Phase != "copying" || ms[0].KeysCopied >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the copy stayed below %d keys for 20s: %+v", n, ms[0])
+		}
+		select {
+		case <-stop:
+			return nil
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // migrationConfig is pool main over s0, s1, s2, with s1 served by to and, when from is
@@ -123,6 +155,14 @@ func TestLiveMigration(t *testing.T) {
 		}
 		defer w.Close()
 		for i := range 700 {
+			// Spread the writes over the copy by its progress, not the clock: every 100th
+			// write waits until the copy has moved another eighth of the slot's keys.
+			if i%100 == 0 {
+				if err := copyReached(admin, int64(i/100)*int64(len(moved))/8, stop); err != nil {
+					t.Error(err)
+					return
+				}
+			}
 			if i < 500 {
 				k := updates[i]
 				v, _ := model.get(k)
@@ -143,7 +183,6 @@ func TestLiveMigration(t *testing.T) {
 				model.deleted[k] = true
 				model.mu.Unlock()
 			}
-			time.Sleep(time.Millisecond) // spread the writes over the copy
 		}
 	}()
 	go func() { // reader
@@ -263,6 +302,13 @@ func TestMigrationRevert(t *testing.T) {
 			t.Fatalf("set %s: %q %v", k, ans, err)
 		}
 	}
+	// Revert mid-copy: once the copy has moved a few batches, well before its end.
+	if err := copyReached(admin, 60, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ms := migrations(t, admin); len(ms) != 1 || ms[0].Phase != "copying" {
+		t.Fatalf("the copy of %d keys at 200 a second is not under way: %+v", len(moved), ms)
+	}
 	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +329,11 @@ func TestMigrationRevert(t *testing.T) {
 			t.Fatalf("%s, untouched by clients, read %q %v after the revert", k, v, err)
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // a copy still running would add ~60 keys meanwhile
+	// Nothing to wait for can show that the copy stopped: wait instead for longer than it
+	// needs to add keys. At 200 keys a second it moves a batch of 20 every 100 ms, so a
+	// copy still running would add some 200 keys in a second, and a batch even if a
+	// loaded machine slowed it tenfold.
+	time.Sleep(time.Second)
 	if now := memcachedtest.Stats(t, fresh.Addr)["curr_items"]; now != copied {
 		t.Errorf("the copy went on after the revert: new server items %s -> %s", copied, now)
 	}

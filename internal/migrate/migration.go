@@ -5,6 +5,7 @@
 package migrate
 
 import (
+	"bytes"
 	"context"
 	"hash/fnv"
 	"log/slog"
@@ -293,6 +294,13 @@ func (m *Migration) copyKeys(ctx context.Context, keys [][]byte, later bool) ([]
 		return out, m.addAll(ctx, ask, items)
 	}
 	unlockAll(locks)
+	// The keys belong to the client's request, which ends with the answer: the adds that
+	// outlive it use copies.
+	owned := make([][]byte, len(ask))
+	for i, k := range ask {
+		owned[i] = bytes.Clone(k)
+	}
+	ask = owned
 	m.adding.Add(1)
 	go func() {
 		defer m.adding.Done()

@@ -1,10 +1,15 @@
 package test
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -82,6 +87,9 @@ pools:
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+		if i == 40 {
+			checkMigratingSlot(t, admin, moxi.addr)
+		}
 		if i == 70 {
 			mcs[2].Stop() // killed: its keys fail over to the others
 		}
@@ -107,5 +115,44 @@ pools:
 	defer c.Close()
 	if ans, err := c.set("soak:last", "v"); err != nil || ans != "STORED" {
 		t.Fatalf("set after the soak: %q %v", ans, err)
+	}
+}
+
+// checkMigratingSlot: the slot being migrated (s1) shows its new server's health and
+// counters in /servers, /metrics and stats proxy, as any other server does.
+func checkMigratingSlot(t *testing.T, admin, addr string) {
+	t.Helper()
+	var s1 struct {
+		State       string
+		Connections int
+	}
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(getText(t, "http://"+admin+"/servers")), &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range list {
+		if srv["name"] == "s1" {
+			s1.State, _ = srv["state"].(string)
+			n, _ := srv["connections"].(float64)
+			s1.Connections = int(n)
+		}
+	}
+	if s1.State != "up" && s1.State != "migrating" || s1.Connections == 0 {
+		t.Errorf("/servers shows the migrating slot as %+v; want its new server's state and connections", s1)
+	}
+	if up := metricValue(t, admin, `moxi_backend_up{pool="main",server="s1"}`); up != 1 {
+		t.Errorf("moxi_backend_up of the migrating slot %v, want 1", up)
+	}
+	if n := metricValue(t, admin, `moxi_backend_requests_total{pool="main",server="s1"}`); n == 0 {
+		t.Error("moxi_backend_requests_total of the migrating slot is 0")
+	}
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	lines := roundTrip(t, nc, bufio.NewReader(nc), "stats proxy\r\n", "END")
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "STAT main:s1:requests ") }) {
+		t.Errorf("stats proxy has no requests line for the migrating slot: %q", lines)
 	}
 }

@@ -182,6 +182,14 @@ func (c *conn) readBusy() error {
 				if !errors.As(err, &re) {
 					return err
 				}
+				if re.Unlink != nil {
+					// A set too large to store: like memcached, drop what the key held, so
+					// that the value the client meant to replace is not read afterwards.
+					t := c.s.getTask()
+					t.req = protocol.Request{Op: protocol.OpDelete, Key: re.Unlink, Binary: c.binary}
+					t.silent = true
+					c.start(t)
+				}
 				c.answerNow(func(dst []byte) []byte {
 					if c.binary {
 						return protocol.AppendBinaryError(dst, &c.req, re)
@@ -369,6 +377,8 @@ func (c *conn) run(t *task) {
 // ended (a text retrieval ends early with an error line when a key failed).
 func (c *conn) encode(dst []byte, t *task, req *protocol.Request, resps []protocol.Response, first int, last bool) ([]byte, bool) {
 	switch {
+	case t.silent:
+		return dst, true
 	case len(t.batch) > 0:
 		for i := range resps {
 			q := &t.batch[first+i]

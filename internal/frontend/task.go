@@ -27,6 +27,7 @@ type task struct {
 	resps []protocol.Response
 
 	stream bool   // a multi-key retrieval answered part by part (see conn.stream)
+	silent bool   // moxi's own request, whose answer the client does not see
 	weight int    // the keys the task counts in the connection's window (see conn.admit)
 	size   int    // the request bytes it counts there
 	out    []byte // the encoded answer; nil until complete, or for a silent answer
@@ -95,7 +96,7 @@ func (t *task) reset() {
 	t.turn.Leave()
 	t.req = protocol.Request{}
 	t.keys, t.data, t.resps, t.batch, t.out = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0]
-	t.stream, t.weight, t.size, t.done, t.conn = false, 0, 0, false, nil
+	t.stream, t.silent, t.weight, t.size, t.done, t.conn = false, false, 0, 0, false, nil
 	if cap(t.data) > keepOutput {
 		t.data = nil
 	}

@@ -235,8 +235,21 @@ func (d *BinaryReader) Read(req *Request) error {
 	}
 	valueLen := bodyLen - int64(extLen+keyLen)
 	if valueLen > int64(d.lim.MaxValueBytes) {
+		e := &RequestError{Status: StatusTooLarge, Msg: binMsgTooLarge}
+		if cmd.op == OpSet && keyLen > 0 {
+			// The key is wanted (memcached unlinks it); extras and key are bounded above.
+			head := extLen + keyLen
+			if cap(d.buf) < head {
+				d.buf = make([]byte, head)
+			}
+			if _, err := io.ReadFull(d.r, d.buf[:head]); err != nil {
+				return binNoEOF(err)
+			}
+			e.Unlink = d.buf[extLen:head]
+			bodyLen -= int64(head)
+		}
 		d.skip = bodyLen
-		return &RequestError{Status: StatusTooLarge, Msg: binMsgTooLarge}
+		return e
 	}
 
 	// bodyLen is now at most 255 + MaxKeyBytes + MaxValueBytes.

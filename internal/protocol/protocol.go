@@ -251,6 +251,10 @@ type RequestError struct {
 	Status Status // StatusUnknownCommand, StatusInvalid or StatusTooLarge
 	Msg    string
 	Close  bool
+	// Unlink is the key of a set rejected for its size: memcached then unlinks the item
+	// under it, so that no value older than the failed write stays readable. Valid until
+	// the next Read.
+	Unlink []byte
 }
 
 func (e *RequestError) Error() string {

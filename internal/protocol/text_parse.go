@@ -216,7 +216,12 @@ func (d *TextReader) parseStorage(op Op, toks [][]byte, req *Request) error {
 	if size > int64(d.lim.MaxValueBytes) {
 		// memcached answers at once and swallows the block (and its "\r\n") afterwards.
 		d.discard = size + 2
-		return &RequestError{Status: StatusTooLarge, Msg: textMsgTooLarge}
+		e := &RequestError{Status: StatusTooLarge, Msg: textMsgTooLarge}
+		if op == OpSet {
+			d.key = append(d.key[:0], key...)
+			e.Unlink = d.key
+		}
+		return e
 	}
 	req.Flags = flags
 	req.Exptime = exptime

@@ -62,10 +62,12 @@ pools:
 	var sources [3]int
 	for i := 1; i <= 100; i++ {
 		migrating := i >= 40
+		// Counted before the edit: the watcher may apply it at once (for every source, as
+		// watch_config is on; SIGHUP or POST /reload then applies it again).
+		before := applied()
 		if err := os.WriteFile(path, []byte(soakConfig(i, migrating)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		before := applied()
 		switch {
 		case i%10 == 0: // the watcher picks the edit up
 			sources[0]++

@@ -40,10 +40,10 @@ var errQuit = errors.New("client quit")
 // Its serve goroutine is the reader: it decodes requests and starts each as a task. A
 // request with nothing else in flight and nothing read behind it is run by the reader
 // itself (a client waiting for each answer costs no extra goroutine); otherwise each task
-// runs on a goroutine of its own, many at once, in the order package turn keeps. Answers
-// are written strictly in request order, each as soon as it and every answer before it
-// are ready, by whichever goroutine holds the writer token; answers that are ready
-// together leave in one write.
+// runs on a worker goroutine (Server.dispatch), many at once, in the order package turn
+// keeps. Answers are written strictly in request order, each as soon as it and every
+// answer before it are ready, by whichever goroutine holds the writer token; answers that
+// are ready together leave in one write.
 type conn struct {
 	s  *Server
 	nc net.Conn
@@ -302,7 +302,7 @@ func (c *conn) readRequest() error {
 }
 
 // start queues t's answer and runs it: on the reader when it is alone (nothing before it
-// unanswered, nothing read behind it), else on a goroutine of its own, in its turn.
+// unanswered, nothing read behind it), else on a worker, in its turn.
 func (c *conn) start(t *task) {
 	r := &t.req
 	t.weight = 1

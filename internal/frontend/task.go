@@ -10,7 +10,7 @@ import (
 
 // task is one client request (or one run of binary quiet gets answered together) between
 // its decoding and the write of its answer. The connection's reader fills it; then whoever
-// runs it (the reader itself, or a goroutine of its own when the request is pipelined)
+// runs it (the reader itself, or a worker when the request is pipelined)
 // owns it until complete, and then the writer, until it is recycled.
 //
 // A task is the context its request is handled with: the server's context, plus the

@@ -324,7 +324,7 @@ func readLine(t *testing.T, r *bufio.Reader) string {
 func TestTwemproxyLiveIPv6(t *testing.T) {
 	l, err := net.Listen("tcp", "[::1]:0")
 	if err != nil {
-		t.Skipf("no IPv6 loopback here: %v", err)
+		t.Fatalf("no IPv6 loopback (::1) to run nutcracker and memcached on: %v", err)
 	}
 	l.Close()
 	mcs := startMemcached(t, "::1", 3)

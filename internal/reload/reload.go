@@ -83,6 +83,8 @@ type Reloader struct {
 	mu      sync.Mutex // one reload at a time; guards applied and tried
 	applied Sum        // the bytes in service
 	tried   Sum        // the bytes the watcher last tried, applied or not
+
+	looks atomic.Int64 // times Watch has read the file: lets tests wait for it to look
 }
 
 // New returns a Reloader for a moxi running initial, which must be in service already.
@@ -196,6 +198,7 @@ func (r *Reloader) Watch(ctx context.Context) {
 		default:
 			_, _ = r.reloadLocked("file change")
 		}
+		r.looks.Add(1)
 		r.mu.Unlock()
 	}
 }

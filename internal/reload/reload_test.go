@@ -101,6 +101,13 @@ func (h *harness) reloads(result string) float64 {
 
 func (h *harness) embedded() int { return h.r.Config().Pools[0].Embedded }
 
+// waitLooks waits until the watcher has looked at the file n more times.
+func (h *harness) waitLooks(n int64) {
+	h.t.Helper()
+	target := h.r.looks.Load() + n
+	h.waitFor("watcher looks", func() bool { return h.r.looks.Load() >= target })
+}
+
 // waitFor polls cond for up to 10 s.
 func (h *harness) waitFor(what string, cond func() bool) {
 	h.t.Helper()
@@ -135,9 +142,7 @@ func TestReloadByAnyPathIsNotRepeatedByTheWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.watch()
-	// Wait until the watcher has certainly looked at the file (an edit to a third content
-	// is applied), which it does after looking at the second one.
-	time.Sleep(100 * time.Millisecond) // ~10 looks; none may reload
+	h.waitLooks(10) // none of them may reload
 	if n := h.reloads("ok"); n != 1 {
 		t.Fatalf("%v reloads after the watcher saw the file already in service, want 1", n)
 	}
@@ -155,7 +160,7 @@ func TestWatchTriesBadContentOnce(t *testing.T) {
 	h.watch()
 	h.write("pools:\n  main:\n    distribution: nope\n    embedded: 1\n")
 	h.waitFor("bad file reported", func() bool { return h.reloads("error") == 1 })
-	time.Sleep(100 * time.Millisecond) // ~10 more looks at the same bad bytes
+	h.waitLooks(10) // at the same bad bytes
 	if n := h.reloads("error"); n != 1 {
 		t.Errorf("bad file reported %v times, want once", n)
 	}

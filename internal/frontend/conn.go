@@ -416,13 +416,7 @@ func (c *conn) stream(t *task) {
 		sub := t.req
 		sub.Keys = keys[first:end]
 		t.resps = c.s.Handler.Handle(t, &sub, t.resps[:0])
-		c.s.observe(&sub, t.resps)
-		hits, bytes := 0, 0
-		for i := range t.resps {
-			if t.resps[i].Status == protocol.StatusOK {
-				hits, bytes = hits+1, bytes+len(t.resps[i].Value)
-			}
-		}
+		avg := c.s.observe(&sub, t.resps)
 		var ended bool
 		t.out, ended = c.encode(t.out[:0], t, &sub, t.resps, first, end == len(keys))
 		clear(t.resps)
@@ -434,8 +428,8 @@ func (c *conn) stream(t *task) {
 		}
 		// The next part is sized by this answer's own values, whatever other clients fetch.
 		first = end
-		if hits > 0 {
-			part = keysFor(int64(bytes / hits))
+		if avg > 0 {
+			part = keysFor(avg)
 		}
 	}
 	t.turn.Release()

@@ -300,10 +300,11 @@ func keysFor(avg int64) int {
 	return int(min(max(partBytes/max(avg, 1), minPartKeys), maxPartKeys))
 }
 
-// observe folds the values of a multi-key get's answer into the running average.
-func (s *Server) observe(req *protocol.Request, resps []protocol.Response) {
+// observe folds the values of a multi-key get's answer into the running average, and
+// returns the answer's own average value size (0 without a hit).
+func (s *Server) observe(req *protocol.Request, resps []protocol.Response) int64 {
 	if !req.Op.IsRetrieval() || len(resps) < 2 {
-		return
+		return 0
 	}
 	var sum, n int64
 	for i := range resps {
@@ -313,8 +314,9 @@ func (s *Server) observe(req *protocol.Request, resps []protocol.Response) {
 		}
 	}
 	if n == 0 {
-		return
+		return 0
 	}
 	avg := max(s.valueBytes.Load(), 1)
 	s.valueBytes.Store(max(avg+(sum/n-avg)/8, 1)) // a lost update between racing callers is harmless
+	return max(sum/n, 1)
 }

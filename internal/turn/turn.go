@@ -38,7 +38,6 @@ type Turn struct {
 	chain *Chain
 	next  *Turn         // the turn after this one, once there is one; guarded by chain.mu
 	ready chan struct{} // receives once when every earlier turn is released; made once
-	done  bool          // released; guarded by chain.mu
 
 	parts    atomic.Int32 // dispatches still expected after Split
 	held     atomic.Bool  // Hold: only Release gives the turn on
@@ -57,7 +56,7 @@ func (c *Chain) Next(t *Turn) {
 	if t.ready == nil {
 		t.ready = make(chan struct{}, 1)
 	}
-	t.chain, t.next, t.done = c, nil, false
+	t.chain, t.next = c, nil
 	t.parts.Store(0)
 	t.held.Store(false)
 	t.released.Store(false)
@@ -95,7 +94,6 @@ func (t *Turn) Release() {
 	}
 	c := t.chain
 	c.mu.Lock()
-	t.done = true
 	next := t.next
 	if c.last == t {
 		c.last = nil

@@ -14,13 +14,13 @@ import (
 // drops the late answer: the opaques stay in step and no other caller sees it.
 type call struct {
 	// Set by the caller before enqueue.
-	req     *protocol.Request // valid only during Server.Do, read only while encoding
-	keys    [][]byte          // retrieval: distinct keys in first-seen order
-	index   []int             // retrieval: req.Keys[i] is keys[index[i]]
-	seen    map[string]int    // retrieval: keys' positions, once there are many
-	n       uint32            // opaques the call spans: one per packet that may be answered
-	stats   bool              // a stat answer: many packets with one opaque
-	casZero bool              // a text cas with unique 0, asked as a get (see encode)
+	req   *protocol.Request  // valid only during Server.Do, read only while encoding
+	batch []protocol.Request // or a batch of writes (DoBatch), valid as long
+	keys  [][]byte           // retrieval: distinct keys in first-seen order
+	index []int              // retrieval: req.Keys[i] is keys[index[i]]
+	seen  map[string]int     // retrieval: keys' positions, once there are many
+	n     uint32             // opaques the call spans: one per packet that may be answered
+	stats bool               // a stat answer: many packets with one opaque
 
 	// Owned by the conn between enqueue and complete.
 	base  uint32              // first opaque
@@ -56,10 +56,25 @@ func (cl *call) reset() {
 // prepareSingle readies a call for any request but a retrieval: one packet, one answer.
 func (cl *call) prepareSingle(req *protocol.Request) {
 	cl.req = req
-	cl.casZero = req.Op == protocol.OpCas && req.Cas == 0
 	cl.n = 1
 	cl.stats = req.Op == protocol.OpStats
 	cl.resps = append(cl.resps, protocol.Response{})
+}
+
+// prepareBatch readies a batch of writes: a packet each, and a noop after them when some
+// go quiet (see quietly), whose answer says the server has answered them all.
+func (cl *call) prepareBatch(reqs []protocol.Request) {
+	cl.batch = reqs
+	cl.n = uint32(len(reqs))
+	quiet := false
+	for i := range reqs {
+		cl.resps = append(cl.resps, protocol.Response{}) // a quiet success stays OK
+		quiet = quiet || quietly(&reqs[i])
+	}
+	if quiet {
+		cl.n++
+		cl.resps = append(cl.resps, protocol.Response{})
+	}
 }
 
 // prepareRetrieval readies a get/gets/gat/gats: one plain get for a single key, else a quiet
@@ -110,19 +125,19 @@ const smallBatch = 32
 // encode appends the call's packets, numbered from base.
 func (cl *call) encode(dst []byte, base uint32) []byte {
 	cl.base = base
-	req := cl.req
-	if cl.casZero {
-		// Text "cas k … 0" compares with 0, which no item has: EXISTS when k exists,
-		// NOT_FOUND when not, and k untouched. In the binary protocol a cas of 0 means "do
-		// not compare", so the server is asked whether k exists instead (see answer).
-		var one [1][]byte
-		one[0] = req.Key
-		return protocol.AppendBinaryRequest(dst, &protocol.Request{Op: protocol.OpGet, Keys: one[:], Opaque: base})
+	if cl.batch != nil {
+		for i := range cl.batch {
+			dst = encodeSingle(dst, &cl.batch[i], base+uint32(i), quietly(&cl.batch[i]))
+		}
+		if int(cl.n) > len(cl.batch) {
+			noop := protocol.Request{Op: protocol.OpNoop, Opaque: base + cl.n - 1}
+			dst = protocol.AppendBinaryRequest(dst, &noop)
+		}
+		return dst
 	}
+	req := cl.req
 	if !req.Op.IsRetrieval() {
-		out := *req
-		out.Opaque, out.Quiet, out.WithKey = base, false, false
-		return protocol.AppendBinaryRequest(dst, &out)
+		return encodeSingle(dst, req, base, false)
 	}
 	var one [1][]byte
 	out := protocol.Request{Op: req.Op, Exptime: req.Exptime, Keys: one[:]}
@@ -139,17 +154,48 @@ func (cl *call) encode(dst []byte, base uint32) []byte {
 	return protocol.AppendBinaryRequest(dst, &noop)
 }
 
+// casZero reports a text "cas k … 0", which compares with 0, which no item has: EXISTS when
+// k exists, NOT_FOUND when not, and k untouched. In the binary protocol a cas of 0 means
+// "do not compare", so the server is asked whether k exists instead (see answerSingle).
+func casZero(req *protocol.Request) bool {
+	return req.Op == protocol.OpCas && req.Cas == 0
+}
+
+// quietly reports whether a write in a batch is sent quiet: the client does not see its
+// success (a binary quiet command, a text noreply), so only a failure need come back.
+func quietly(req *protocol.Request) bool {
+	return (req.Quiet || req.NoReply) && !casZero(req)
+}
+
+// encodeSingle appends the packet of a request other than a retrieval, as opaque.
+func encodeSingle(dst []byte, req *protocol.Request, opaque uint32, quiet bool) []byte {
+	if casZero(req) {
+		var one [1][]byte
+		one[0] = req.Key
+		return protocol.AppendBinaryRequest(dst, &protocol.Request{Op: protocol.OpGet, Keys: one[:], Opaque: opaque})
+	}
+	out := *req
+	out.Opaque, out.Quiet, out.WithKey = opaque, quiet, false
+	return protocol.AppendBinaryRequest(dst, &out)
+}
+
+// answerSingle is the client's answer to a request other than a retrieval, from the
+// server's answer to its packet.
+func answerSingle(req *protocol.Request, got *protocol.Response) protocol.Response {
+	if casZero(req) {
+		r := protocol.Response{Status: got.Status, Msg: got.Msg}
+		if r.Status == protocol.StatusOK {
+			r.Status = protocol.StatusExists
+		}
+		return r
+	}
+	return *got
+}
+
 // answer copies the answers into the caller's responses, in the caller's key order.
 func (cl *call) answer(req *protocol.Request, resps []protocol.Response) {
-	if cl.casZero {
-		resps[0] = protocol.Response{Status: cl.resps[0].Status, Msg: cl.resps[0].Msg}
-		if resps[0].Status == protocol.StatusOK {
-			resps[0].Status = protocol.StatusExists
-		}
-		return
-	}
 	if !req.Op.IsRetrieval() {
-		resps[0] = cl.resps[0]
+		resps[0] = answerSingle(req, &cl.resps[0])
 		return
 	}
 	for i, k := range req.Keys {

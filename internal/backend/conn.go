@@ -28,21 +28,24 @@ const keepWriteBuffer = 256 << 10
 
 // conn is one persistent connection to the server, redialed whenever it breaks.
 //
-// Callers encode their packets into wbuf and wake writeLoop, which writes whatever has
-// accumulated by the time it runs: under load many requests share one system call, which
-// is where a proxy earns its keep. dialLoop dials and then reads, completing calls in order.
+// Callers encode their packets into wbuf. A caller that finds nobody writing writes wbuf
+// itself (flush), once: a lone request costs no hand-off to another goroutine. Packets
+// queued meanwhile are written by writeLoop, which writes whatever has accumulated by the
+// time it runs: under load many requests share one system call, which is where a proxy
+// earns its keep. dialLoop dials and then reads, completing calls in order.
 type conn struct {
 	s       *Server
-	up      atomic.Bool   // a connection is established; read without mu to pick a conn
-	pending atomic.Bool   // wbuf holds packets writeLoop has not taken yet (set under mu)
-	kick    chan struct{} // wakes writeLoop; capacity 1, so a wake-up is never lost or blocking
-	waiting atomic.Int64  // the clock when readLoop began to wait for bytes; 0 while it is busy with some
+	up      atomic.Bool  // a connection is established; read without mu to pick a conn
+	pending atomic.Bool  // wbuf holds packets a write in progress has not taken (set under mu)
+	waiting atomic.Int64 // the clock when readLoop began to wait for bytes; 0 while it is busy with some
 
 	mu      sync.Mutex
 	nc      net.Conn      // nil while down
 	stop    chan struct{} // closed when nc fails: its writeLoop exits
+	kick    chan struct{} // hands nc's writing to its writeLoop (see flush); capacity 1
 	dialing bool          // a dial is in progress
 	ready   chan struct{} // closed when the dial in progress ends
+	writer  net.Conn      // the connection being written to, by a caller or writeLoop; nil when nobody writes
 	wbuf    []byte        // packets not yet written
 	spare   []byte        // the other write buffer, while writeLoop writes one
 	queue   fifo          // calls sent and not yet answered, in send order
@@ -53,10 +56,11 @@ type conn struct {
 
 func newConn(s *Server) *conn {
 	// Born dialing, so that a request made before dialLoop starts waits for the first dial.
-	return &conn{s: s, ready: make(chan struct{}), dialing: true, kick: make(chan struct{}, 1)}
+	return &conn{s: s, ready: make(chan struct{}), dialing: true}
 }
 
-// enqueue encodes cl and queues it for writing; false when the connection is down.
+// enqueue encodes cl and queues it for writing; false when the connection is down. The
+// caller then calls flush.
 func (c *conn) enqueue(cl *call) bool {
 	c.mu.Lock()
 	if c.nc == nil {
@@ -67,29 +71,83 @@ func (c *conn) enqueue(cl *call) bool {
 	c.opaque += cl.n
 	c.queue.push(cl)
 	c.unsent++
-	c.pending.Store(true)
+	c.pending.Store(c.writer != nil)
 	c.mu.Unlock()
-	select {
-	case c.kick <- struct{}{}:
-	default: // already woken
+	return true
+}
+
+// flush has the queued packets written when nobody is writing to the connection. A lone
+// request (inline) is written by the caller: one system call on its own goroutine, what is
+// queued during it left to writeLoop, so that a caller never writes for others for long.
+// Pipelined requests, which arrive one after another, leave it to writeLoop, which lets
+// them share a write.
+func (c *conn) flush(inline bool) {
+	c.mu.Lock()
+	nc := c.nc
+	if c.writer != nil || nc == nil || len(c.wbuf) == 0 {
+		c.mu.Unlock() // the writer in progress writes it, or it is written, or failed
+		return
+	}
+	c.writer = nc
+	kick := c.kick
+	if !inline {
+		c.pending.Store(true)
+		c.mu.Unlock()
+		kick <- struct{}{}
+		return
+	}
+	if !c.writeOnce(nc) {
+		return
+	}
+	switch {
+	case c.writer != nc:
+		c.mu.Unlock() // nc failed meanwhile; the next connection has writing of its own
+	case len(c.wbuf) > 0:
+		c.mu.Unlock()
+		// writeLoop takes over. Nothing else sends on kick until writeLoop has taken this
+		// and given the writing up, so the send does not block.
+		kick <- struct{}{}
+	default:
+		c.writer = nil
+		c.mu.Unlock()
+	}
+}
+
+// writeOnce writes wbuf to nc; the caller holds mu and the writing (c.writer), and still
+// does on true. On false nc failed and mu is unlocked.
+func (c *conn) writeOnce(nc net.Conn) bool {
+	buf, batch := c.wbuf, c.unsent
+	c.wbuf, c.spare, c.unsent = c.spare[:0], nil, 0
+	c.pending.Store(false)
+	c.mu.Unlock()
+
+	if err := c.write(nc, buf); err != nil {
+		c.fail(nc, fmt.Errorf("write: %w", err))
+		return false
+	}
+
+	c.mu.Lock()
+	if c.nc == nc {
+		c.queue.sent(c.unsent, batch, c.s.clock())
+	}
+	if cap(buf) <= keepWriteBuffer {
+		c.spare = buf[:0]
 	}
 	return true
 }
 
-// writeLoop writes queued packets to nc until nc fails (stop is closed).
-func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
+// writeLoop writes the packets flush left, until nc fails (stop is closed).
+func (c *conn) writeLoop(nc net.Conn, stop, kick <-chan struct{}) {
 	defer c.s.wg.Done()
 	for {
 		select {
-		case <-c.kick:
+		case <-kick:
 		case <-stop:
 			return
 		}
 		// Let the goroutines that are ready to run (clients with requests of their own)
-		// queue them first, so that they share this write. When nothing else is ready this
-		// returns at once, so an idle proxy adds no latency. While requests keep arriving
-		// (a client's pipeline being dispatched one request after another), yield again, a
-		// few times at most.
+		// queue them first, so that they share this write. While requests keep arriving,
+		// yield again, a few times at most.
 		c.mu.Lock()
 		for range maxYields {
 			n := len(c.wbuf)
@@ -101,23 +159,12 @@ func (c *conn) writeLoop(nc net.Conn, stop <-chan struct{}) {
 			}
 		}
 		for len(c.wbuf) > 0 && c.nc == nc {
-			buf, batch := c.wbuf, c.unsent
-			c.wbuf, c.spare, c.unsent = c.spare[:0], nil, 0
-			c.pending.Store(false)
-			c.mu.Unlock()
-
-			if err := c.write(nc, buf); err != nil {
-				c.fail(nc, fmt.Errorf("write: %w", err))
+			if !c.writeOnce(nc) {
 				return
 			}
-
-			c.mu.Lock()
-			if c.nc == nc {
-				c.queue.sent(c.unsent, batch, c.s.clock())
-			}
-			if cap(buf) <= keepWriteBuffer {
-				c.spare = buf[:0]
-			}
+		}
+		if c.writer == nc {
+			c.writer = nil
 		}
 		c.mu.Unlock()
 	}
@@ -235,9 +282,9 @@ func (c *conn) dialLoop() {
 			nc.Close()
 			err = ErrClosed
 		}
-		stop := make(chan struct{})
+		stop, kick := make(chan struct{}), make(chan struct{}, 1)
 		if err == nil {
-			c.nc, c.stop = nc, stop
+			c.nc, c.stop, c.kick = nc, stop, kick
 			c.up.Store(true)
 		}
 		c.mu.Unlock()
@@ -250,7 +297,7 @@ func (c *conn) dialLoop() {
 			continue
 		}
 		c.s.wg.Add(1)
-		go c.writeLoop(nc, stop)
+		go c.writeLoop(nc, stop, kick)
 		c.readLoop(nc)
 	}
 }
@@ -333,7 +380,7 @@ func (c *conn) fail(nc net.Conn, err error) {
 		c.mu.Unlock()
 		return // already failed
 	}
-	c.nc = nil
+	c.nc, c.writer = nil, nil
 	close(c.stop)
 	c.up.Store(false)
 	c.pending.Store(false)

@@ -118,28 +118,7 @@ func (s *Server) Close() error {
 
 // Do sends req and waits for its answer (see pool.Server). A retrieval of several keys is
 // one batch of quiet gets ended by a noop; a key repeated in it is asked for once.
-//
-// Do gives the request's turn on (package turn) once its order among the connection's
-// requests is fixed, when it is queued, or when it fails before that; a request with a turn
-// goes on its client connection's backend connection (turn.Affinity).
 func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
-	dispatched := false
-	defer func() {
-		if !dispatched { // failed before it was queued (or panicked): the client may go on
-			turn.Dispatched(ctx)
-		}
-	}()
-	s.requests.Add(1)
-	if s.health.dead.Load() {
-		s.down.Add(1)
-		return fmt.Errorf("%s: %w", s.opts.Addr, ErrDead)
-	}
-	if err := s.acquire(ctx); err != nil {
-		s.overloads.Add(1)
-		return fmt.Errorf("%s: %w", s.opts.Addr, err)
-	}
-	defer s.release()
-	start := time.Now()
 	cl := s.getCall()
 	defer s.putCall(cl)
 	if req.Op.IsRetrieval() {
@@ -147,11 +126,59 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 	} else {
 		cl.prepareSingle(req)
 	}
+	if err := s.exchange(ctx, cl, 1); err != nil {
+		return err
+	}
+	cl.answer(req, resps)
+	return nil
+}
+
+// DoBatch sends reqs as one run of packets and waits for their answers (see
+// pool.Server): a connection failure or a timeout fails them all.
+func (s *Server) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	cl := s.getCall()
+	defer s.putCall(cl)
+	cl.prepareBatch(reqs)
+	err := s.exchange(ctx, cl, len(reqs))
+	for i := range reqs {
+		errs[i] = err
+		if err == nil {
+			resps[i] = answerSingle(&reqs[i], &cl.resps[i])
+		}
+	}
+}
+
+// exchange sends cl, which stands for n client requests, and waits for its answers,
+// keeping the server's health and counters.
+//
+// It gives the requests' turn on (package turn) once their order among the connection's
+// requests is fixed, when cl is queued, or when it fails before that; a request with a turn
+// goes on its client connection's backend connection (turn.Affinity).
+func (s *Server) exchange(ctx context.Context, cl *call, n int) error {
+	dispatched := false
+	defer func() {
+		if !dispatched { // failed before it was queued (or panicked): the client may go on
+			turn.Dispatched(ctx)
+		}
+	}()
+	s.requests.Add(uint64(n))
+	if s.health.dead.Load() {
+		s.down.Add(uint64(n))
+		return fmt.Errorf("%s: %w", s.opts.Addr, ErrDead)
+	}
+	if err := s.acquire(ctx); err != nil {
+		s.overloads.Add(uint64(n))
+		return fmt.Errorf("%s: %w", s.opts.Addr, err)
+	}
+	defer s.release()
+	start := time.Now()
 	c, err := s.queue(ctx, cl)
 	if err == nil {
 		// Its place among c's requests is fixed: the client's next request may go.
 		dispatched = true
 		turn.Dispatched(ctx)
+		_, pipelined := turn.Affinity(ctx)
+		c.flush(!pipelined)
 		err = s.wait(ctx, c, cl)
 	}
 	if err == nil {
@@ -162,13 +189,13 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 		case errors.Is(err, context.Canceled):
 			// the client went away; says nothing about the server
 		case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
-			s.timeouts.Add(1)
+			s.timeouts.Add(uint64(n))
 			s.failed(err)
 		case errors.Is(err, ErrDown), errors.Is(err, ErrDead):
-			s.down.Add(1)
+			s.down.Add(uint64(n))
 			s.failed(err)
 		default:
-			s.ioErrors.Add(1)
+			s.ioErrors.Add(uint64(n))
 			s.failed(err)
 		}
 		return fmt.Errorf("%s: %w", s.opts.Addr, err)
@@ -177,7 +204,6 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 	if s.opts.Observe != nil {
 		s.opts.Observe(time.Since(start).Seconds())
 	}
-	cl.answer(req, resps)
 	return nil
 }
 

@@ -19,7 +19,13 @@ import (
 // countingServer is an embedded store that counts the requests it is asked.
 type countingServer struct {
 	*memstore.Store
-	calls atomic.Int64
+	calls   atomic.Int64
+	batches atomic.Int64
+}
+
+func (s *countingServer) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	s.batches.Add(1)
+	s.Store.DoBatch(ctx, reqs, resps, errs)
 }
 
 func (s *countingServer) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
@@ -66,6 +72,67 @@ func TestQuietGetsAnsweredAsOneBatch(t *testing.T) {
 			t.Errorf("100 pipelined getkq cost %d server requests; want 1", n)
 		}
 	}
+}
+
+// TestPipelinedWritesSentAsOneBatch: a pipeline of text writes (noreply or not) reaches the
+// server as one batch, executed in order, each answered in its place; so do binary quiet
+// writes, whose failures alone are answered.
+func TestPipelinedWritesSentAsOneBatch(t *testing.T) {
+	srv := &countingServer{Store: memstore.New(memstore.Options{})}
+	p, err := pool.New("main", pool.Options{}, []pool.Member{{Name: "s", Addr: "embedded/0", Weight: 1, Server: srv}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, &frontend.Server{Handler: proxy.New(&topology.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{})})
+
+	t.Run("text", func(t *testing.T) {
+		c := dial(t, ts.addr)
+		var stream, want bytes.Buffer
+		for i := range 100 {
+			switch i % 4 {
+			case 0, 1:
+				fmt.Fprintf(&stream, "set k%d 0 0 2\r\nv%d\r\n", i/4, i%4)
+				want.WriteString("STORED\r\n")
+			case 2:
+				fmt.Fprintf(&stream, "append k%d 0 0 1 noreply\r\n!\r\n", i/4)
+			case 3:
+				fmt.Fprintf(&stream, "add k%d 0 0 1\r\nx\r\n", i/4)
+				want.WriteString("NOT_STORED\r\n")
+			}
+		}
+		stream.WriteString("get k0 k24\r\n")
+		want.WriteString("VALUE k0 0 3\r\nv1!\r\nVALUE k24 0 3\r\nv1!\r\nEND\r\n")
+		before := srv.batches.Load()
+		c.send(stream.Bytes())
+		if got := c.read(want.Len()); !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("answers:\n%q\nwant\n%q", got, want.Bytes())
+		}
+		// One read of the pipeline makes one batch; the stream is small enough to arrive
+		// whole, but TCP may still split it once.
+		if n := srv.batches.Load() - before; n < 1 || n > 2 {
+			t.Errorf("100 pipelined writes made %d batches; want 1 (2 if the stream was split)", n)
+		}
+	})
+	t.Run("binary quiet", func(t *testing.T) {
+		c := dial(t, ts.addr)
+		ext := binary.BigEndian.AppendUint64(nil, 0) // flags 0, exptime 0
+		var stream []byte
+		for i := range 50 {
+			stream = append(stream, binRequest(0x11, uint32(i), ext, []byte(fmt.Sprintf("b%d", i)), []byte("v"))...) // setq
+		}
+		stream = append(stream, binRequest(0x12, 999, ext, []byte("b7"), []byte("w"))...) // addq of an existing key
+		stream = append(stream, binRequest(0x0a, 1000, nil, nil, nil)...)                 // noop
+		c.send(stream)
+		hdr := c.read(24)
+		if hdr[1] != 0x12 || binary.BigEndian.Uint16(hdr[6:8]) != 0x0002 || binary.BigEndian.Uint32(hdr[12:16]) != 999 {
+			t.Fatalf("first answer: opcode %#x status %#x opaque %d; want addq's key-exists, opaque 999",
+				hdr[1], binary.BigEndian.Uint16(hdr[6:8]), binary.BigEndian.Uint32(hdr[12:16]))
+		}
+		c.read(int(binary.BigEndian.Uint32(hdr[8:12])))
+		if hdr := c.read(24); hdr[1] != 0x0a || binary.BigEndian.Uint32(hdr[12:16]) != 1000 {
+			t.Fatalf("then opcode %#x opaque %d; want the noop", hdr[1], binary.BigEndian.Uint32(hdr[12:16]))
+		}
+	})
 }
 
 // readBatch reads the answers to the getkq run of TestQuietGetsAnsweredAsOneBatch.

@@ -31,6 +31,12 @@ const (
 
 	// maxQuietBatch bounds the binary quiet gets answered as one multi-key get.
 	maxQuietBatch = 1024
+
+	// A run of pipelined writes sent to the servers as one batch (see addWrite) holds at
+	// most maxRunWrites writes and, past maxRunBytes of keys and values, ends with the
+	// write that crossed it.
+	maxRunWrites = 128
+	maxRunBytes  = 1 << 20
 )
 
 var errQuit = errors.New("client quit")
@@ -66,6 +72,7 @@ type conn struct {
 	batch        []protocol.Request
 	batchKeys    []byte   // their keys, back to back
 	batchKeyEnds [][2]int // each key's start and end in batchKeys
+	writeRun     *task    // pipelined writes read but not yet started (see addWrite)
 
 	mu           sync.Mutex
 	cond         sync.Cond  // broadcast when answers were written or the writer token is free
@@ -169,13 +176,22 @@ func (c *conn) readBusy() error {
 		rejected := false
 		err := c.readRequest()
 		if err == nil && c.batchable() {
+			c.startRun() // writes read before the quiet gets come first
 			c.addToBatch()
-			if c.buffered() > 0 && len(c.batch) < maxQuietBatch {
+			if c.more() && len(c.batch) < maxQuietBatch {
 				continue // more may follow: answer them together
 			}
 			c.startBatch()
+		} else if err == nil && c.req.Op.IsWrite() && (c.writeRun != nil || c.more()) {
+			c.startBatch()
+			c.addWrite()
+			if c.more() && len(c.writeRun.batch) < maxRunWrites && len(c.writeRun.data) < maxRunBytes {
+				continue // more may follow: send them together
+			}
+			c.startRun()
 		} else {
-			c.startBatch() // quiet gets read before this request come first
+			c.startBatch() // quiet gets and writes read before this request come first
+			c.startRun()
 			switch {
 			case err != nil:
 				var re *protocol.RequestError
@@ -217,7 +233,7 @@ func (c *conn) readBusy() error {
 				c.start(t)
 			}
 		}
-		if c.buffered() > 0 || len(c.pending) > 0 {
+		if c.more() {
 			continue
 		}
 		if c.s.closing.Load() {
@@ -269,6 +285,44 @@ func (c *conn) startBatch() {
 	c.start(t)
 }
 
+// addWrite adds the write just read to the run being read. A client that pipelines writes
+// (pymemcache's set_many, libmemcached's quiet sets, a Java client's threads on one
+// connection) gets them sent to each server as one batch (Handler.HandleWrites), and
+// answered together.
+func (c *conn) addWrite() {
+	if c.writeRun == nil {
+		c.writeRun = c.s.getTask()
+		c.writeRun.writes = true
+	}
+	t, r := c.writeRun, c.req
+	// The bytes are copied, since the decoder reuses its buffers; the request points at
+	// them when the run starts, once data no longer moves as it grows.
+	t.spans = append(t.spans, span{at: len(t.data), key: len(r.Key), value: len(r.Value)})
+	t.data = append(t.data, r.Key...)
+	t.data = append(t.data, r.Value...)
+	r.Key, r.Value, r.Keys, r.Args = nil, nil, nil, nil
+	t.batch = append(t.batch, r)
+}
+
+// startRun starts the run of writes kept by addWrite as one task.
+func (c *conn) startRun() {
+	t := c.writeRun
+	if t == nil {
+		return
+	}
+	c.writeRun = nil
+	for i, sp := range t.spans {
+		k, v := sp.at+sp.key, sp.at+sp.key+sp.value
+		t.batch[i].Key, t.batch[i].Value = t.data[sp.at:k:k], t.data[k:v:v]
+	}
+	c.start(t)
+}
+
+// more reports whether input already received waits to be decoded.
+func (c *conn) more() bool {
+	return c.buffered() > 0 || len(c.pending) > 0
+}
+
 // buffered is the input already received beyond the requests decoded so far.
 func (c *conn) buffered() int {
 	switch {
@@ -306,12 +360,15 @@ func (c *conn) readRequest() error {
 func (c *conn) start(t *task) {
 	r := &t.req
 	t.weight = 1
-	if r.Op.IsRetrieval() {
+	switch {
+	case t.writes:
+		t.weight = len(t.batch)
+	case r.Op.IsRetrieval():
 		part := c.s.partKeys()
 		t.weight = min(len(r.Keys), part)
 		t.stream = len(r.Keys) > part
 	}
-	alone := c.buffered() == 0 && len(c.pending) == 0
+	alone := !c.more()
 	if !c.admit(t) {
 		alone = false
 	}
@@ -328,7 +385,7 @@ func (c *conn) start(t *task) {
 // admit waits for room in the window and queues t. It reports whether t is the only
 // request in the queue.
 func (c *conn) admit(t *task) (only bool) {
-	n := size(&t.req)
+	n := t.bytes()
 	full := func() bool {
 		return c.head < len(c.queue) && (c.windowUsed+t.weight > windowKeys || c.windowFilled+n > windowBytes)
 	}
@@ -365,7 +422,15 @@ func (c *conn) run(t *task) {
 		c.stream(t)
 		return
 	}
-	t.resps = c.s.Handler.Handle(t, &t.req, t.resps[:0])
+	if t.writes {
+		t.resps = t.resps[:0]
+		for range t.batch {
+			t.resps = append(t.resps, protocol.Response{})
+		}
+		c.s.Handler.HandleWrites(t, t.batch, t.resps)
+	} else {
+		t.resps = c.s.Handler.Handle(t, &t.req, t.resps[:0])
+	}
 	t.turn.Release()
 	c.s.observe(&t.req, t.resps)
 	t.out, _ = c.encode(t.out[:0], t, &t.req, t.resps, 0, true)
@@ -378,6 +443,15 @@ func (c *conn) run(t *task) {
 func (c *conn) encode(dst []byte, t *task, req *protocol.Request, resps []protocol.Response, first int, last bool) ([]byte, bool) {
 	switch {
 	case t.silent:
+		return dst, true
+	case t.writes:
+		for i := range resps {
+			if c.binary {
+				dst = protocol.AppendBinaryResponse(dst, &t.batch[i], &resps[i])
+			} else {
+				dst = protocol.AppendTextResponse(dst, &t.batch[i], resps[i:i+1])
+			}
+		}
 		return dst, true
 	case len(t.batch) > 0:
 		for i := range resps {

@@ -39,6 +39,12 @@ func (h *gateHandler) Handle(ctx context.Context, _ *protocol.Request, resps []p
 	return append(resps, protocol.Response{Value: []byte("gate")})
 }
 
+func (h *gateHandler) HandleWrites(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
+	for i := range reqs {
+		resps[i] = h.Handle(ctx, &reqs[i], resps[i:i])[0]
+	}
+}
+
 // waitEntered waits until a request is inside the handler.
 func (h *gateHandler) waitEntered(t *testing.T) {
 	t.Helper()

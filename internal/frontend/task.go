@@ -20,11 +20,13 @@ type task struct {
 	conn *conn           // the connection, for a worker (see Server.dispatch)
 	turn turn.Turn       // zero for a request run by the reader with nothing else in flight
 
-	req   protocol.Request
-	batch []protocol.Request // binary quiet gets answered together; req is their multi-key get
-	keys  [][]byte           // backing array of req.Keys when the task owns them
-	data  []byte             // the request's bytes when the task owns them (pipelined)
-	resps []protocol.Response
+	req    protocol.Request
+	batch  []protocol.Request // binary quiet gets answered together (req is their multi-key get), or a run of writes
+	writes bool               // batch is a run of writes (see conn.addWrite); req is unused
+	spans  []span             // where each write's key and value are in data, while the run is read
+	keys   [][]byte           // backing array of req.Keys when the task owns them
+	data   []byte             // the request's bytes when the task owns them (pipelined)
+	resps  []protocol.Response
 
 	stream bool   // a multi-key retrieval answered part by part (see conn.stream)
 	silent bool   // moxi's own request, whose answer the client does not see
@@ -33,6 +35,9 @@ type task struct {
 	out    []byte // the encoded answer; nil until complete, or for a silent answer
 	done   bool   // complete: out is final; guarded by conn.mu
 }
+
+// span is where one write of a run has its key and value in its task's data.
+type span struct{ at, key, value int }
 
 func (t *task) Deadline() (time.Time, bool) { return t.base.Deadline() }
 func (t *task) Done() <-chan struct{}       { return t.base.Done() }
@@ -46,8 +51,12 @@ func (t *task) Value(key any) any {
 }
 
 // own copies the request's bytes into the task, which then no longer refers to the
-// reader's buffer: the reader goes on decoding while the task runs.
+// reader's buffer: the reader goes on decoding while the task runs. A run of writes owns
+// its bytes from the start.
 func (t *task) own() {
+	if t.writes {
+		return
+	}
 	r := &t.req
 	n := len(r.Key) + len(r.Value) + len(r.Args)
 	for _, k := range r.Keys {
@@ -76,8 +85,12 @@ func (t *task) own() {
 	t.data = d
 }
 
-// size is the bytes a request holds: what the connection's window counts.
-func size(r *protocol.Request) int {
+// size is the bytes the task's request holds: what the connection's window counts.
+func (t *task) bytes() int {
+	if t.writes {
+		return len(t.data)
+	}
+	r := &t.req
 	n := len(r.Key) + len(r.Value)
 	for _, k := range r.Keys {
 		n += len(k)
@@ -91,19 +104,20 @@ func (t *task) reset() {
 	clear(t.resps)
 	clear(t.batch)
 	clear(t.keys)
+	clear(t.spans)
 	// Field by field: the turn keeps what it reuses (Chain.Next readies it again), and a
 	// task run by the reader must not look as if it had a turn.
 	t.turn.Leave()
 	t.req = protocol.Request{}
-	t.keys, t.data, t.resps, t.batch, t.out = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0]
-	t.stream, t.silent, t.weight, t.size, t.done, t.conn = false, false, 0, 0, false, nil
+	t.keys, t.data, t.resps, t.batch, t.out, t.spans = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0], t.spans[:0]
+	t.stream, t.silent, t.writes, t.weight, t.size, t.done, t.conn = false, false, false, 0, 0, false, nil
 	if cap(t.data) > keepOutput {
 		t.data = nil
 	}
 	if cap(t.out) > keepOutput {
 		t.out = nil
 	}
-	if cap(t.resps) > keepResponses || cap(t.keys) > keepResponses || cap(t.batch) > keepResponses {
-		t.resps, t.keys, t.batch = nil, nil, nil
+	if cap(t.resps) > keepResponses || cap(t.keys) > keepResponses || cap(t.batch) > keepResponses || cap(t.spans) > keepResponses {
+		t.resps, t.keys, t.batch, t.spans = nil, nil, nil, nil
 	}
 }

@@ -124,6 +124,11 @@ func (s *Store) Do(ctx context.Context, req *protocol.Request, resps []protocol.
 	return nil
 }
 
+// DoBatch executes reqs one by one (see pool.DoEach).
+func (s *Store) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, s, reqs, resps, errs)
+}
+
 // Up is always true: an in-process store cannot be unreachable.
 func (s *Store) Up() bool { return true }
 

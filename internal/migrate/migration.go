@@ -211,6 +211,16 @@ func (m *Migration) Do(ctx context.Context, req *protocol.Request, resps []proto
 	}
 }
 
+// DoBatch executes writes for the slot: once the copy is done as the new server's batch,
+// before that one by one, each under its key's rules (see write).
+func (m *Migration) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	if m.Phase() == Done {
+		m.opts.New.DoBatch(ctx, reqs, resps, errs)
+		return
+	}
+	pool.DoEach(ctx, m, reqs, resps, errs)
+}
+
 // write sends a write to the new server and deletes the key on the old one, under the
 // key's stripe lock, so that no copy of the old value can land after it.
 func (m *Migration) write(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // Server is what sits behind one member of a pool: a remote memcached (package backend), an
@@ -19,6 +20,11 @@ type Server interface {
 	// NOT_STORED, is a Status with a nil error. Safe for concurrent use. req and its bytes
 	// are valid only during the call.
 	Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error
+	// DoBatch executes reqs, single-key commands other than retrievals, in order, as
+	// few exchanges with the server as it can: resps[i] and errs[i] are what Do would give
+	// for reqs[i]. The batch is dispatched (package turn) once, as a whole. This is how a
+	// client's pipelined writes travel: one round trip for a run of them, not one each.
+	DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error)
 	// Up reports whether the server is considered alive. Failover moves the keys of a
 	// server that is not. Cheap: it is asked on every request.
 	Up() bool
@@ -29,6 +35,18 @@ type Server interface {
 	Stats() []protocol.Stat
 	// Close releases the server's connections and goroutines. Requests still running fail.
 	Close() error
+}
+
+// DoEach is DoBatch one request at a time, for a server with nothing to gain from batches
+// (an in-process store) or whose rules are per request (a migration). The batch keeps its
+// turn until every request has been executed, so that none is overtaken by the client's
+// next request.
+func DoEach(ctx context.Context, s Server, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	defer turn.Dispatched(ctx)
+	each := turn.Without(ctx)
+	for i := range reqs {
+		errs[i] = s.Do(each, &reqs[i], resps[i:i+1])
+	}
 }
 
 // State is a server's state as the admin views show it.

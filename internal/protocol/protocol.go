@@ -76,6 +76,9 @@ func (op Op) IsRetrieval() bool { return op >= OpGet && op <= OpGats }
 // IsStorage reports whether op stores a value (set, add, replace, append, prepend, cas).
 func (op Op) IsStorage() bool { return op >= OpSet && op <= OpCas }
 
+// IsWrite reports whether op changes one key: a storage command, delete, incr, decr or touch.
+func (op Op) IsWrite() bool { return op >= OpSet && op <= OpTouch }
+
 // Request is one decoded client request. Byte slices point into the decoder's buffers and
 // are valid only until the next decode on the same connection: whatever keeps them longer
 // (a cache, a queue, a store) copies them first.

@@ -58,11 +58,6 @@ func (p *Proxy) readBackup(ctx context.Context, t *topology.Topology, req *proto
 	}
 }
 
-// mirrored says whether a command changes data, so that it is copied to the backup pool.
-func mirrored(op protocol.Op) bool {
-	return op.IsStorage() || op == protocol.OpDelete || op == protocol.OpIncr || op == protocol.OpDecr || op == protocol.OpTouch
-}
-
 // mirror copies a write to the backup pool in the background. The request is copied first:
 // its bytes belong to the client connection. A cas that succeeded is copied as a set (the
 // backup's cas values differ); one that failed changed nothing and is not copied.

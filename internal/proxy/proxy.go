@@ -128,28 +128,36 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 		resps = append(resps, protocol.Response{})
 		p.write(ctx, t, req, resps[base:])
 	}
-	p.stats.count(req, resps[base:])
-	p.metrics.requests[req.Op].Inc()
-	p.metrics.duration[req.Op].Observe(time.Since(start).Seconds())
+	p.account(req, resps[base:], start)
 	return resps
 }
 
-// do runs a single-key request for key in pl on the member that serves it. After a
-// timeout or a connection error (never after an answer) it tries again, up to the pool's
-// retries, on whoever serves the key by then: with failover, another server once the first
-// has been marked dead. Then it gives up with a SERVER_ERROR in every answer.
+// account counts a request answered with resps, which started at start.
+func (p *Proxy) account(req *protocol.Request, resps []protocol.Response, start time.Time) {
+	p.stats.count(req, resps)
+	p.metrics.requests[req.Op].Inc()
+	p.metrics.duration[req.Op].Observe(time.Since(start).Seconds())
+}
+
+// do runs a single-key request for key in pl on the member that serves it (see recover).
 func (p *Proxy) do(ctx context.Context, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) {
 	m := pl.Member(pl.Locate(key))
-	for attempt := 0; ; attempt++ {
-		err := m.Server.Do(ctx, req, resps)
-		if err == nil {
-			return
-		}
+	p.recover(ctx, pl, key, req, resps, m, m.Server.Do(ctx, req, resps))
+}
+
+// recover follows up a single-key request that m did not answer (err; nothing to do when
+// nil). After a timeout or a connection error (never after an answer) it tries again, up
+// to the pool's retries, on whoever serves the key by then: with failover, another server
+// once the first has been marked dead. Then it gives up with a SERVER_ERROR in every
+// answer.
+func (p *Proxy) recover(ctx context.Context, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response, m *pool.Member, err error) {
+	for attempt := 0; err != nil; attempt++ {
 		if attempt >= pl.Retries() || !retryable(req.Op) || ctx.Err() != nil {
 			failAll(m, err, req, resps)
 			return
 		}
 		m = pl.Member(pl.Locate(key))
+		err = m.Server.Do(ctx, req, resps)
 	}
 }
 

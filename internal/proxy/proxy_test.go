@@ -230,6 +230,10 @@ func (failing) Do(context.Context, *protocol.Request, []protocol.Response) error
 	return errors.New("connection refused")
 }
 
+func (f failing) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, f, reqs, resps, errs)
+}
+
 func TestBackendError(t *testing.T) {
 	good := memstore.New(memstore.Options{})
 	pl, err := pool.New("main", pool.Options{}, []pool.Member{
@@ -283,6 +287,28 @@ func TestBackendError(t *testing.T) {
 			}
 			if r[0].Status != want || (onBad[i] && r[0].Msg == "") {
 				t.Errorf("delete %s: status %d msg %q, want status %d", k, r[0].Status, r[0].Msg, want)
+			}
+		}
+	})
+	t.Run("a run of pipelined writes fails only the bad server's writes", func(t *testing.T) {
+		reqs := make([]protocol.Request, 0, 2*len(keys))
+		for _, k := range keys {
+			reqs = append(reqs,
+				protocol.Request{Op: protocol.OpSet, Key: []byte(k), Value: []byte("run")},
+				protocol.Request{Op: protocol.OpAppend, Key: []byte(k), Value: []byte("!")})
+		}
+		resps := make([]protocol.Response, len(reqs))
+		p.HandleWrites(context.Background(), reqs, resps)
+		for i, r := range resps {
+			k := keys[i/2]
+			bad := onBad[i/2]
+			if bad != (r.Status == protocol.StatusTempFailure) || bad && !strings.Contains(r.Msg, "bad") {
+				t.Errorf("%s %s (on the bad server: %v): status %d msg %q", reqs[i].Op, k, bad, r.Status, r.Msg)
+			}
+			if !bad {
+				if got := get(p, k); string(got[0].Value) != "run!" {
+					t.Errorf("%s = %q after set and append in one run, want run!", k, got[0].Value)
+				}
 			}
 		}
 	})

@@ -3,10 +3,14 @@ package proxy
 import (
 	"context"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // write answers any single-key command but a retrieval: a set, add, replace, append,
@@ -21,20 +25,156 @@ func (p *Proxy) write(ctx context.Context, t *topology.Topology, req *protocol.R
 	p.writes.begin(key)
 	defer p.writes.end(key)
 	p.settle(t, key)
-	if req.Op.IsStorage() && req.Op != protocol.OpCas && t.InBackground(key) {
-		if err := p.queue.Enqueue(ctx, req); err != nil {
-			*resp = protocol.Response{Status: protocol.StatusTempFailure, Msg: "fire-and-forget: " + err.Error()}
-			return
-		}
-		*resp = protocol.Response{} // STORED, before the server has seen it: that is the point
+	if inBackground(t, req) {
+		*resp = p.enqueue(ctx, req)
 		p.settle(t, key)
 		return
 	}
 	pl := t.PoolFor(key)
 	p.do(ctx, pl, key, req, one)
 	p.settle(t, key)
-	if b := t.Backups[pl]; b != nil && mirrored(req.Op) {
+	if b := t.Backups[pl]; b != nil && req.Op.IsWrite() {
 		p.mirror(b, req, resp)
+	}
+}
+
+// inBackground reports whether req is a fire-and-forget write: answered at once, written
+// in the background.
+func inBackground(t *topology.Topology, req *protocol.Request) bool {
+	return req.Op.IsStorage() && req.Op != protocol.OpCas && t.InBackground(req.Key)
+}
+
+// enqueue queues a fire-and-forget write and answers it: STORED, before the server has
+// seen it (that is the point), or a SERVER_ERROR when the queue is full.
+func (p *Proxy) enqueue(ctx context.Context, req *protocol.Request) protocol.Response {
+	if err := p.queue.Enqueue(ctx, req); err != nil {
+		return protocol.Response{Status: protocol.StatusTempFailure, Msg: "fire-and-forget: " + err.Error()}
+	}
+	return protocol.Response{}
+}
+
+// HandleWrites answers a run of pipelined writes, resps[i] for reqs[i] (len(resps) ==
+// len(reqs)), each as write would, but sends each server its share of the run as one batch
+// (pool.Server.DoBatch): a client's pipelined sets cost a round trip per server, not one
+// each. The shares go out in parallel; a write that got no answer is retried on its own.
+func (p *Proxy) HandleWrites(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
+	start := time.Now()
+	t := p.topo.Load()
+	for i := range reqs {
+		p.writes.begin(reqs[i].Key)
+		p.settle(t, reqs[i].Key)
+	}
+	b := getWriteBatch()
+	defer putWriteBatch(b)
+	for i := range reqs {
+		req := &reqs[i]
+		if inBackground(t, req) {
+			resps[i] = p.enqueue(ctx, req)
+			continue
+		}
+		pl := t.PoolFor(req.Key)
+		b.add(pl, pl.Member(pl.Locate(req.Key)), i)
+	}
+	turn.Split(ctx, len(b.shares)) // the connection's next request waits for every share to be sent
+	var wg sync.WaitGroup
+	for s := range b.shares {
+		sh := &b.shares[s]
+		if s == len(b.shares)-1 {
+			sh.do(ctx, reqs, resps) // the last share on this goroutine
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); sh.do(ctx, reqs, resps) }()
+	}
+	wg.Wait()
+	for s := range b.shares {
+		sh := &b.shares[s]
+		for j, i := range sh.idx {
+			p.recover(ctx, sh.pool, reqs[i].Key, &reqs[i], resps[i:i+1], sh.member, sh.errs[j])
+		}
+	}
+	for i := range reqs {
+		req := &reqs[i]
+		p.settle(t, req.Key)
+		if bp := t.Backups[t.PoolFor(req.Key)]; bp != nil && req.Op.IsWrite() && !inBackground(t, req) {
+			p.mirror(bp, req, &resps[i])
+		}
+		p.writes.end(req.Key)
+		p.account(req, resps[i:i+1], start)
+	}
+}
+
+// writeBatch is a run of writes grouped by the member that serves them.
+type writeBatch struct {
+	shares []writeShare
+}
+
+// writeShare is one member's share of a run of writes.
+type writeShare struct {
+	pool   *pool.Pool
+	member *pool.Member
+	idx    []int // the writes' places in the run
+	reqs   []protocol.Request
+	resps  []protocol.Response
+	errs   []error
+}
+
+var writeBatches = sync.Pool{New: func() any { return new(writeBatch) }}
+
+func getWriteBatch() *writeBatch { return writeBatches.Get().(*writeBatch) }
+
+func putWriteBatch(b *writeBatch) {
+	for i := range b.shares {
+		sh := &b.shares[i]
+		clear(sh.reqs)
+		clear(sh.resps)
+		clear(sh.errs)
+		*sh = writeShare{idx: sh.idx[:0], reqs: sh.reqs[:0], resps: sh.resps[:0], errs: sh.errs[:0]}
+	}
+	if len(b.shares) > 16 { // a run over many servers: do not pin its slices
+		b.shares = nil
+	}
+	b.shares = b.shares[:0]
+	writeBatches.Put(b)
+}
+
+// add puts the write at i in its member's share. A run has few members: a linear scan
+// beats a map.
+func (b *writeBatch) add(pl *pool.Pool, m *pool.Member, i int) {
+	s := 0
+	for s < len(b.shares) && b.shares[s].member != m {
+		s++
+	}
+	if s == len(b.shares) {
+		if s < cap(b.shares) {
+			b.shares = b.shares[:s+1]
+		} else {
+			b.shares = append(b.shares, writeShare{})
+		}
+		b.shares[s].pool, b.shares[s].member = pl, m
+	}
+	b.shares[s].idx = append(b.shares[s].idx, i)
+}
+
+// do sends the share as one batch and places the answers in resps; errs keeps which writes
+// got none.
+func (sh *writeShare) do(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
+	sh.errs = sh.errs[:0]
+	for range sh.idx {
+		sh.errs = append(sh.errs, nil)
+	}
+	if len(sh.idx) == len(reqs) { // the whole run: no copies
+		sh.member.Server.DoBatch(ctx, reqs, resps, sh.errs)
+		return
+	}
+	sh.reqs, sh.resps = sh.reqs[:0], sh.resps[:0]
+	for _, i := range sh.idx {
+		sh.reqs = append(sh.reqs, reqs[i])
+		sh.resps = append(sh.resps, protocol.Response{})
+	}
+	sh.member.Server.DoBatch(ctx, sh.reqs, sh.resps, sh.errs)
+	for j, i := range sh.idx {
+		resps[i] = sh.resps[j]
 	}
 }
 

@@ -308,6 +308,9 @@ var _ pool.Server = unconnected{}
 func (unconnected) Do(context.Context, *protocol.Request, []protocol.Response) error {
 	return errors.New("not connected: topology built for --check")
 }
+func (u unconnected) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, u, reqs, resps, errs)
+}
 func (unconnected) Up() bool               { return false }
 func (unconnected) Info() pool.Info        { return pool.Info{State: pool.StateDead} }
 func (unconnected) Stats() []protocol.Stat { return nil }

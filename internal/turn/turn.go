@@ -113,6 +113,12 @@ func With(ctx context.Context, t *Turn) context.Context {
 	return context.WithValue(ctx, ContextKey{}, t)
 }
 
+// Without returns ctx carrying no turn: what is done with it neither gives the turn on nor
+// uses the connection's affinity.
+func Without(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ContextKey{}, (*Turn)(nil))
+}
+
 // From is the turn ctx carries, or nil.
 func From(ctx context.Context) *Turn {
 	t, _ := ctx.Value(ContextKey{}).(*Turn)

@@ -204,6 +204,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		Logger: logger, Registry: reg, Grace: grace,
 	}, loaded)
 	reg.MustRegister(admin.NewServerCollector(px), admin.NewMigrationCollector(builder))
+	reg.MustRegister(admin.StandInCollectors(builder.StandIns(), topology.MaxStandInKeys)...)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -64,6 +64,7 @@ type Pool struct {
 	DeadBackoff    time.Duration // first wait before probing a dead server
 	DeadBackoffMax time.Duration // cap of the doubling probe wait
 	Failover       bool          // route a dead server's keys to the next live one
+	FailoverTTL    time.Duration // cap on the expiry of writes that land on a stand-in
 
 	Backup           string // another pool's name, or ""
 	Embedded         int    // N > 0: N in-process shards instead of Servers
@@ -120,6 +121,7 @@ const (
 	defaultFailureLimit     = 2
 	defaultDeadBackoff      = 100 * time.Millisecond
 	defaultDeadBackoffMax   = 10 * time.Second
+	defaultFailoverTTL      = 5 * time.Minute
 	defaultEmbeddedMemoryMB = 64
 
 	defaultHotCacheMaxItems = 100000
@@ -163,6 +165,7 @@ func NewPool(name string) *Pool {
 		DeadBackoff:      defaultDeadBackoff,
 		DeadBackoffMax:   defaultDeadBackoffMax,
 		Failover:         true,
+		FailoverTTL:      defaultFailoverTTL,
 		EmbeddedMemoryMB: defaultEmbeddedMemoryMB,
 	}
 }

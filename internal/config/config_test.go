@@ -29,13 +29,14 @@ func contractConfig() *Config {
 		DeadBackoff:      100 * time.Millisecond,
 		DeadBackoffMax:   10 * time.Second,
 		Failover:         true,
+		FailoverTTL:      5 * time.Minute,
 		Backup:           "spare",
 		Embedded:         0,
 		EmbeddedMemoryMB: 64,
 		MigrateRate:      0,
 	}
 	spare := NewPool("spare")
-	spare.Servers = []Server{{Addr: "127.0.0.1:11300", Weight: 1, Line: 35}}
+	spare.Servers = []Server{{Addr: "127.0.0.1:11300", Weight: 1, Line: 36}}
 	return &Config{
 		Listen:          "127.0.0.1:11211",
 		Admin:           "127.0.0.1:9151",

@@ -26,6 +26,7 @@ pools:
     dead_backoff: 100ms
     dead_backoff_max: 10s
     failover: true
+    failover_ttl: 5m0s
     embedded: 2
     embedded_memory_mb: 64
     migrate_rate: 0

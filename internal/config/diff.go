@@ -108,6 +108,7 @@ func (d *differ) pool(prefix string, a, b *Pool) {
 	d.change(prefix, "dead_backoff", a.DeadBackoff, b.DeadBackoff, "")
 	d.change(prefix, "dead_backoff_max", a.DeadBackoffMax, b.DeadBackoffMax, "")
 	d.change(prefix, "failover", a.Failover, b.Failover, "")
+	d.change(prefix, "failover_ttl", a.FailoverTTL, b.FailoverTTL, "")
 	d.change(prefix, "backup", quoteEmpty(a.Backup), quoteEmpty(b.Backup), "")
 	d.change(prefix, "embedded", a.Embedded, b.Embedded, "")
 	d.change(prefix, "embedded_memory_mb", a.EmbeddedMemoryMB, b.EmbeddedMemoryMB, "")

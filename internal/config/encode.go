@@ -83,6 +83,7 @@ func poolNode(p *Pool) *yaml.Node {
 	put(m, "dead_backoff", durNode(p.DeadBackoff))
 	put(m, "dead_backoff_max", durNode(p.DeadBackoffMax))
 	put(m, "failover", boolNode(p.Failover))
+	put(m, "failover_ttl", durNode(p.FailoverTTL))
 	if p.Backup != "" {
 		put(m, "backup", strNode(p.Backup))
 	}

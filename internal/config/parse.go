@@ -201,6 +201,7 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) *yaml.Node {
 		"dead_backoff":       d.duration(&p.DeadBackoff, true),
 		"dead_backoff_max":   d.duration(&p.DeadBackoffMax, true),
 		"failover":           d.boolean(&p.Failover),
+		"failover_ttl":       d.duration(&p.FailoverTTL, true),
 		"backup":             d.str(&p.Backup),
 		"embedded":           d.integer(&p.Embedded, 0, maxEmbedded),
 		"embedded_memory_mb": d.integer(&p.EmbeddedMemoryMB, 1, math.MaxInt),

@@ -4,6 +4,8 @@ package pool
 
 import (
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/moxi-proxy/moxi/internal/hashkit"
 	"github.com/moxi-proxy/moxi/internal/ketama"
@@ -27,6 +29,11 @@ type Options struct {
 	// Failover sends a dead server's keys to another live server until it recovers:
 	// ketama the next point of a live server, jump a rehash, modula the next live slot.
 	Failover bool
+	// FailoverTTL caps the expiry of writes that land on a stand-in (see StandInExptime).
+	FailoverTTL time.Duration
+	// StandIns remembers the keys written to stand-ins (see LocateWrite); nil = nothing is
+	// remembered, and a server serves again as soon as it is up.
+	StandIns *StandIns
 	Retries  int // further attempts after a timeout or connection error
 }
 
@@ -68,7 +75,7 @@ func New(name string, opts Options, members []Member) (*Pool, error) {
 		nodes[i] = ketama.Node{Name: m.Name, Weight: m.Weight}
 	}
 	p := &Pool{name: name, opts: opts, members: members, hash: h}
-	p.alive = func(i int) bool { return p.members[i].Up() }
+	p.alive = p.serving
 	pk, err := newPicker(opts.Distribution, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", name, err)
@@ -81,23 +88,96 @@ func New(name string, opts Options, members []Member) (*Pool, error) {
 func (p *Pool) Name() string { return p.name }
 
 // Locate is the index of the member that serves key: its owner, or with failover, while
-// the owner is dead, the live member that stands in for it. It does not allocate.
+// the owner does not serve (dead, or cleaning up after its stand-ins, see StandIns), the
+// live member that stands in for it. It does not allocate.
 func (p *Pool) Locate(key []byte) int {
+	i, _ := p.locate(key)
+	return i
+}
+
+// locate is Locate, and the owner of key.
+func (p *Pool) locate(key []byte) (i, owner int) {
+	if len(p.members) == 1 {
+		return 0, 0
+	}
+	h := p.hashOf(key)
+	owner = p.picker.Pick(h)
+	if !p.opts.Failover || p.serving(owner) {
+		return owner, owner
+	}
+	if live := p.picker.PickLive(h, p.alive); live >= 0 {
+		return live, owner
+	}
+	return owner, owner // nobody is alive: the owner answers "dead" at once
+}
+
+// Owner is the index of the member that owns key, serving or not.
+func (p *Pool) Owner(key []byte) int {
 	if len(p.members) == 1 {
 		return 0
 	}
-	var h uint32 // twemproxy hashes an empty key to 0
-	if len(key) > 0 {
-		h = p.hash(key)
+	return p.picker.Pick(p.hashOf(key))
+}
+
+// hashOf is key's hash; twemproxy hashes an empty key to 0.
+func (p *Pool) hashOf(key []byte) uint32 {
+	if len(key) == 0 {
+		return 0
 	}
-	i := p.picker.Pick(h)
-	if !p.opts.Failover || p.members[i].Up() {
-		return i
+	return p.hash(key)
+}
+
+// serving reports whether member i serves its keys: up, and owing its stand-ins no
+// cleanup, which it starts when it is up.
+func (p *Pool) serving(i int) bool {
+	m := &p.members[i]
+	if !m.Up() {
+		return false
 	}
-	if live := p.picker.PickLive(h, p.alive); live >= 0 {
-		return live
+	if p.opts.StandIns.owes(m.Server) {
+		p.opts.StandIns.clean(m.Server, p.name, m.Name)
+		return false
 	}
-	return i // nobody is alive: the owner answers "dead" at once
+	return true
+}
+
+// LocateWrite is Locate for a write. When the write goes to a stand-in, the key is
+// remembered for its owner (see StandIns) and the write must end with written.Done() once
+// answered or failed; written is nil otherwise. The write's expiry is then capped
+// (StandInExptime).
+func (p *Pool) LocateWrite(key []byte) (i int, written *sync.WaitGroup) {
+	for {
+		i, owner := p.locate(key)
+		if i == owner || p.opts.StandIns == nil {
+			return i, nil
+		}
+		if w := p.opts.StandIns.remember(p.members[owner].Server, key, p.members[i].Server); w != nil {
+			return i, w
+		}
+		// The owner came back since: place the write again.
+	}
+}
+
+// StandInExptime is the expiry a write with exptime gets on a stand-in: at most
+// failover_ttl from now, with memcached's rules (0 never expires, up to 30 days is
+// relative, more is a unix time, negative has expired).
+func (p *Pool) StandInExptime(exptime int64) int64 {
+	limit := int64((p.opts.FailoverTTL + time.Second - 1) / time.Second)
+	if limit <= 0 || exptime < 0 {
+		return exptime
+	}
+	const maxDelta = 60 * 60 * 24 * 30 // memcached's REALTIME_MAXDELTA
+	rel := exptime
+	if exptime > maxDelta {
+		rel = exptime - time.Now().Unix()
+		if rel <= 0 {
+			return -1 // already expired
+		}
+	}
+	if rel == 0 || rel > limit {
+		return limit
+	}
+	return rel
 }
 
 // Retries is how many further attempts a request gets after a timeout or connection error.

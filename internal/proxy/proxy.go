@@ -141,8 +141,27 @@ func (p *Proxy) account(req *protocol.Request, resps []protocol.Response, start 
 
 // do runs a single-key request for key in pl on the member that serves it (see recover).
 func (p *Proxy) do(ctx context.Context, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) {
-	m := pl.Member(pl.Locate(key))
-	p.recover(ctx, pl, key, req, resps, m, m.Server.Do(ctx, req, resps))
+	m, err := p.attempt(ctx, pl, key, req, resps)
+	p.recover(ctx, pl, key, req, resps, m, err)
+}
+
+// attempt sends a single-key request for key to the member of pl that serves it now. A
+// write that goes to a stand-in is remembered for its server, with its expiry capped
+// (pool.Pool.LocateWrite).
+func (p *Proxy) attempt(ctx context.Context, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) (*pool.Member, error) {
+	if !req.Op.IsWrite() {
+		m := pl.Member(pl.Locate(key))
+		return m, m.Server.Do(ctx, req, resps)
+	}
+	i, written := pl.LocateWrite(key)
+	m := pl.Member(i)
+	if written == nil {
+		return m, m.Server.Do(ctx, req, resps)
+	}
+	defer written.Done()
+	capped := *req
+	capped.Exptime = pl.StandInExptime(req.Exptime)
+	return m, m.Server.Do(ctx, &capped, resps)
 }
 
 // recover follows up a single-key request that m did not answer (err; nothing to do when
@@ -156,8 +175,7 @@ func (p *Proxy) recover(ctx context.Context, pl *pool.Pool, key []byte, req *pro
 			failAll(m, err, req, resps)
 			return
 		}
-		m = pl.Member(pl.Locate(key))
-		err = m.Server.Do(ctx, req, resps)
+		m, err = p.attempt(ctx, pl, key, req, resps)
 	}
 }
 

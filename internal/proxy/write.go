@@ -73,8 +73,39 @@ func (p *Proxy) HandleWrites(ctx context.Context, reqs []protocol.Request, resps
 			continue
 		}
 		pl := t.PoolFor(req.Key)
-		b.add(pl, pl.Member(pl.Locate(req.Key)), i)
+		m := pl.Member(pl.Locate(req.Key))
+		if pl.Failover() && m != pl.Member(pl.Owner(req.Key)) {
+			// A stand-in write, which is remembered (see attempt): while a server is
+			// dead, runs go one write at a time, in order, each with its own record.
+			b.standIns = true
+			break
+		}
+		b.add(pl, m, i)
 	}
+	if b.standIns {
+		one := turn.Without(ctx) // the turn is given on when the run is done
+		for i := range reqs {
+			if !inBackground(t, &reqs[i]) {
+				p.do(one, t.PoolFor(reqs[i].Key), reqs[i].Key, &reqs[i], resps[i:i+1])
+			}
+		}
+	} else {
+		p.sendShares(ctx, b, reqs, resps)
+	}
+	for i := range reqs {
+		req := &reqs[i]
+		p.settle(t, req.Key)
+		if bp := t.Backups[t.PoolFor(req.Key)]; bp != nil && req.Op.IsWrite() && !inBackground(t, req) {
+			p.mirror(bp, req, &resps[i])
+		}
+		p.writes.end(req.Key)
+		p.account(req, resps[i:i+1], start)
+	}
+}
+
+// sendShares sends each member its share of a run of writes, in parallel, and retries the
+// writes that got no answer one by one.
+func (p *Proxy) sendShares(ctx context.Context, b *writeBatch, reqs []protocol.Request, resps []protocol.Response) {
 	turn.Split(ctx, len(b.shares)) // the connection's next request waits for every share to be sent
 	var wg sync.WaitGroup
 	for s := range b.shares {
@@ -93,20 +124,12 @@ func (p *Proxy) HandleWrites(ctx context.Context, reqs []protocol.Request, resps
 			p.recover(ctx, sh.pool, reqs[i].Key, &reqs[i], resps[i:i+1], sh.member, sh.errs[j])
 		}
 	}
-	for i := range reqs {
-		req := &reqs[i]
-		p.settle(t, req.Key)
-		if bp := t.Backups[t.PoolFor(req.Key)]; bp != nil && req.Op.IsWrite() && !inBackground(t, req) {
-			p.mirror(bp, req, &resps[i])
-		}
-		p.writes.end(req.Key)
-		p.account(req, resps[i:i+1], start)
-	}
 }
 
 // writeBatch is a run of writes grouped by the member that serves them.
 type writeBatch struct {
-	shares []writeShare
+	shares   []writeShare
+	standIns bool // a write goes to a stand-in: the run goes one write at a time
 }
 
 // writeShare is one member's share of a run of writes.
@@ -134,7 +157,7 @@ func putWriteBatch(b *writeBatch) {
 	if len(b.shares) > 16 { // a run over many servers: do not pin its slices
 		b.shares = nil
 	}
-	b.shares = b.shares[:0]
+	b.shares, b.standIns = b.shares[:0], false
 	writeBatches.Put(b)
 }
 

@@ -34,6 +34,7 @@ type Builder struct {
 	Latency *prometheus.HistogramVec
 
 	mu         sync.Mutex
+	standIns   *pool.StandIns                      // shared by every pool built; made by the first Build
 	running    map[serverKey]pool.Server           // the servers of the committed topology
 	migrations map[migrationKey]*migrate.Migration // its migrations
 	retired    sync.WaitGroup                      // servers closing after their grace
@@ -59,6 +60,18 @@ type serverKey struct {
 	limits              protocol.Limits
 }
 
+// MaxStandInKeys bounds the keys a process remembers having written to stand-ins
+// (pool.StandIns): about 100 bytes each plus the key.
+const MaxStandInKeys = 100_000
+
+// StandIns is what the topologies' pools remember of stand-in writes; nil before the
+// first Build.
+func (b *Builder) StandIns() *pool.StandIns {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.standIns
+}
+
 // Pending is a topology built but not yet in service: Commit after installing it, or
 // Abort to close the servers it created.
 type Pending struct {
@@ -75,12 +88,17 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	defer b.mu.Unlock()
 	pd := &Pending{Topology: &Topology{}, b: b, servers: make(map[serverKey]pool.Server), migrations: make(map[migrationKey]*migrate.Migration)}
 	t := pd.Topology
+	if b.standIns == nil {
+		b.standIns = pool.NewStandIns(MaxStandInKeys, b.logger())
+	}
 	byName := make(map[string]*pool.Pool, len(cfg.Pools))
 	for _, pc := range cfg.Pools {
 		p, err := pool.New(pc.Name, pool.Options{
 			Distribution: pc.Distribution,
 			Hash:         pc.Hash,
 			Failover:     pc.Failover,
+			FailoverTTL:  pc.FailoverTTL,
+			StandIns:     b.standIns,
 			Retries:      pc.Retries,
 		}, b.members(pd, cfg, pc))
 		if err != nil {

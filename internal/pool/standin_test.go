@@ -1,0 +1,113 @@
+package pool_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/moxi-proxy/moxi/internal/memstore"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+)
+
+// downable is an embedded store whose health the test sets.
+type downable struct {
+	*memstore.Store
+	down atomic.Bool
+}
+
+func (s *downable) Up() bool { return !s.down.Load() }
+
+func (s *downable) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, s, reqs, resps, errs)
+}
+
+func has(s pool.Server, key string) bool {
+	var r [1]protocol.Response
+	_ = s.Do(context.Background(), &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte(key)}}, r[:])
+	return r[0].Status == protocol.StatusOK
+}
+
+func set(t *testing.T, s pool.Server, key string) {
+	t.Helper()
+	var r [1]protocol.Response
+	if err := s.Do(context.Background(), &protocol.Request{Op: protocol.OpSet, Key: []byte(key), Value: []byte("v")}, r[:]); err != nil || r[0].Status != protocol.StatusOK {
+		t.Fatalf("set %s: %v %+v", key, err, r[0])
+	}
+}
+
+// TestStandInsBoundAndCleanup: with memory for 2 keys, a third stand-in write is counted as
+// forgotten; when the owner is up again it does not serve until the remembered keys are
+// deleted on it and on the stand-in, and the forgotten key's copies stay (failover_ttl is
+// their bound).
+func TestStandInsBoundAndCleanup(t *testing.T) {
+	a := &downable{Store: memstore.New(memstore.Options{})}
+	b := &downable{Store: memstore.New(memstore.Options{})}
+	standIns := pool.NewStandIns(2, nil)
+	pl, err := pool.New("p", pool.Options{Failover: true, StandIns: standIns, FailoverTTL: time.Minute}, []pool.Member{
+		{Name: "a", Addr: "embedded/0", Weight: 1, Server: a},
+		{Name: "b", Addr: "embedded/1", Weight: 1, Server: b},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string // owned by a
+	for i := 0; len(keys) < 3; i++ {
+		if k := fmt.Sprintf("k%d", i); pl.Owner([]byte(k)) == 0 {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		set(t, a, k) // the values a keeps while it is unreachable
+	}
+	a.down.Store(true)
+	for _, k := range keys {
+		i, written := pl.LocateWrite([]byte(k))
+		if i != 1 || written == nil {
+			t.Fatalf("write of %s placed on %d (lease %v); want the stand-in b, remembered", k, i, written != nil)
+		}
+		set(t, b, k)
+		written.Done()
+	}
+	if r, f := standIns.Remembered(), standIns.Forgotten(); r != 2 || f != 1 {
+		t.Fatalf("remembered %d, forgotten %d; want 2 and 1", r, f)
+	}
+
+	a.down.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for pl.Locate([]byte(keys[0])) != 0 { // the first placement starts the cleanup
+		if time.Now().After(deadline) {
+			t.Fatal("a does not serve again")
+		}
+		<-time.After(time.Millisecond) // polling
+	}
+	for _, k := range keys[:2] {
+		if has(a, k) || has(b, k) {
+			t.Errorf("%s still on a (%v) or b (%v) after the cleanup", k, has(a, k), has(b, k))
+		}
+	}
+	if !has(a, keys[2]) || !has(b, keys[2]) {
+		t.Errorf("the forgotten key %s was deleted; nothing remembered it", keys[2])
+	}
+	if r := standIns.Remembered(); r != 0 {
+		t.Errorf("remembered %d after the cleanup", r)
+	}
+}
+
+func TestStandInExptime(t *testing.T) {
+	pl, err := pool.New("p", pool.Options{FailoverTTL: 5 * time.Minute}, []pool.Member{{Name: "a", Addr: "embedded/0", Weight: 1, Server: memstore.New(memstore.Options{})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Unix()
+	for _, c := range []struct{ in, want int64 }{
+		{0, 300}, {10, 10}, {3600, 300}, {-1, -1}, {now + 60, 60}, {now + 7200, 300}, {now - 10, -1},
+	} {
+		got := pl.StandInExptime(c.in)
+		if got != c.want && !(c.in == now+60 && got >= 59 && got <= 60) {
+			t.Errorf("StandInExptime(%d) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}

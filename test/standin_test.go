@@ -1,0 +1,300 @@
+package test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+)
+
+// The tests of this file check CONTRACT §Failover: a key written to a stand-in while its
+// server was dead never reads older afterwards, whether the server was only unreachable
+// (its data kept), comes back and dies again, or flaps under load.
+
+// setAll sets every key to value through c.
+func setAll(t *testing.T, c *textClient, keys []string, value string) {
+	t.Helper()
+	for _, k := range keys {
+		if ans, err := c.set(k, value); err != nil || ans != "STORED" {
+			t.Fatalf("set %s %s: %q %v", k, value, ans, err)
+		}
+	}
+}
+
+// noneReads checks that no key reads old through c (a miss is fine); it returns the
+// number of keys that read want.
+func noneReads(t *testing.T, c *textClient, keys []string, old, want string) int {
+	t.Helper()
+	n := 0
+	for _, k := range keys {
+		v, err := c.get(k)
+		if err != nil || strings.HasPrefix(v, "SERVER_ERROR") {
+			t.Fatalf("get %s: %q %v", k, v, err)
+		}
+		if v == old {
+			t.Errorf("get %s = %q: older than the acknowledged %q", k, v, want)
+		}
+		if v == want {
+			n++
+		}
+	}
+	return n
+}
+
+// waitServing waits until server s's keys are served by it again: a write lands there.
+func waitServing(t *testing.T, moxi string, mc *memcachedtest.Server, key string) {
+	t.Helper()
+	waitUntil(t, time.Now(), 30*time.Second, func() bool { return landsOn(moxi, mc.Addr, key) })
+}
+
+// TestStandInAfterPause: 50 keys on s0; s0 paused (its data kept); the keys are written
+// again, on the stand-ins; s0 resumes. Before s0 serves again the keys are deleted there
+// and on the stand-ins, so none reads its value from before the pause.
+func TestStandInAfterPause(t *testing.T) {
+	mcs := cluster(t, 3)
+	admin := freeAddr(t)
+	moxi := startMoxi(t, "--config", writeConfig(t, resilientConfig(true, addrs(mcs)...)), "--admin", admin)
+	mine, _ := keysOf(0, 3, 50)
+	c, err := dialText(moxi.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	setAll(t, c, mine, "before")
+
+	if err := mcs[0].Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, mcs[0].Addr)
+	waitUntil(t, time.Now(), 30*time.Second, func() bool { // s0 marked dead: writes go to stand-ins
+		ans, err := c.set(mine[0], "during")
+		return err == nil && ans == "STORED"
+	})
+	setAll(t, c, mine, "during")
+	if got := noneReads(t, c, mine, "before", "during"); got != len(mine) {
+		t.Errorf("%d of %d keys read the value written to their stand-in; want all", got, len(mine))
+	}
+	if n := metricValue(t, admin, "moxi_failover_keys_remembered"); n != float64(len(mine)) {
+		t.Errorf("moxi_failover_keys_remembered = %v, want %d", n, len(mine))
+	}
+
+	if err := mcs[0].Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// Until s0 serves again every read is "during" or a miss; then, a miss.
+	deadline := time.Now().Add(30 * time.Second)
+	for metricValue(t, admin, "moxi_failover_keys_remembered") > 0 || !landsOn(moxi.addr, mcs[0].Addr, mine[0]) {
+		noneReads(t, c, mine[1:], "before", "during")
+		if time.Now().After(deadline) {
+			t.Fatal("s0 does not serve again within 30 s of SIGCONT")
+		}
+	}
+	if got := noneReads(t, c, mine[1:], "before", "during"); got != 0 {
+		t.Errorf("%d keys still read their stand-in's value after s0 serves again; want misses", got)
+	}
+	if strings.Count(moxi.out.String(), "serves again after deleting") != 1 {
+		t.Errorf("want one log line for the cleanup:\n%s", moxi.out.String())
+	}
+}
+
+// TestStandInKillAgain: kill s0; v1 lands on the stand-ins; s0 restarts (empty); v2 lands
+// on s0; s0 dies again. The stand-ins must not hand v1 back.
+func TestStandInKillAgain(t *testing.T) {
+	mcs := cluster(t, 3)
+	moxi := startMoxi(t, "--config", writeConfig(t, resilientConfig(true, addrs(mcs)...)))
+	mine, _ := keysOf(0, 3, 50)
+	c, err := dialText(moxi.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	mcs[0].Stop()
+	waitUntil(t, time.Now(), 30*time.Second, func() bool {
+		ans, err := c.set(mine[0], "v1")
+		return err == nil && ans == "STORED"
+	})
+	setAll(t, c, mine, "v1")
+	mcs[0].Restart(t)
+	waitServing(t, moxi.addr, mcs[0], mine[0])
+	setAll(t, c, mine, "v2")
+	mcs[0].Stop()
+	waitUntil(t, time.Now(), 30*time.Second, func() bool { // failed over again
+		v, err := c.get(mine[0])
+		return err == nil && !strings.HasPrefix(v, "SERVER_ERROR")
+	})
+	noneReads(t, c, mine, "v1", "v2")
+}
+
+// TestStandInFlapping: s0 is killed and restarted every 300 ms while writers store rising
+// versions of keys on every server and readers check each read against the newest version
+// acknowledged before it was sent: none may be older. Keys of the other servers never fail.
+func TestStandInFlapping(t *testing.T) {
+	mcs := cluster(t, 3)
+	moxi := startMoxi(t, "--config", writeConfig(t, resilientConfig(true, addrs(mcs)...)))
+	mine, others := keysOf(0, 3, 20)
+	keys := append(append([]string(nil), mine...), others...)
+	owner := owners(3)
+	chk := newStaleCheck(keys)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	const writers, readers = 4, 4
+	for w := range writers {
+		wg.Add(1)
+		go func() { defer wg.Done(); chk.write(t, moxi.addr, w, writers, stop) }()
+	}
+	for range readers {
+		wg.Add(1)
+		go func() { defer wg.Done(); chk.read(t, moxi.addr, stop) }()
+	}
+	flap := time.NewTicker(300 * time.Millisecond) // the fault's schedule, about 4 s of it
+	for i := 0; i < 12; i++ {
+		<-flap.C
+		if i%2 == 0 {
+			mcs[0].Stop()
+		} else {
+			mcs[0].Restart(t)
+		}
+	}
+	flap.Stop()
+	mcs[0].Restart(t)
+	waitServing(t, moxi.addr, mcs[0], mine[0])
+	after := chk.reads.Load() // some load with s0 serving again
+	waitUntil(t, time.Now(), 30*time.Second, func() bool { return chk.reads.Load() >= after+200 })
+	close(stop)
+	wg.Wait()
+
+	reads, stale, errs := chk.reads.Load(), chk.stale.Load(), 0
+	for k, n := range chk.errorsByKey() {
+		if owner(k) != 0 {
+			t.Errorf("key %s of a server that never failed: %d errors", k, n)
+		}
+		errs += n
+	}
+	t.Logf("%d reads, %d stale, %d errors (all on s0's keys), %d acknowledged writes", reads, stale, errs, chk.acked.Load())
+	if stale > 0 {
+		t.Errorf("%d stale reads; want 0:\n%s", stale, strings.Join(chk.examples(), "\n"))
+	}
+	if reads < 100 || chk.acked.Load() < 100 {
+		t.Errorf("only %d reads and %d acknowledged writes: the check saw too little", reads, chk.acked.Load())
+	}
+}
+
+// staleCheck tracks, per key, the newest version acknowledged, and counts reads older.
+type staleCheck struct {
+	keys   []string
+	newest map[string]*atomic.Int64
+
+	reads, stale, acked atomic.Int64
+	mu                  sync.Mutex
+	errs                map[string]int
+	seen                []string
+}
+
+func newStaleCheck(keys []string) *staleCheck {
+	c := &staleCheck{keys: keys, newest: make(map[string]*atomic.Int64), errs: make(map[string]int)}
+	for _, k := range keys {
+		c.newest[k] = new(atomic.Int64)
+	}
+	return c
+}
+
+// maxOps bounds each load goroutine, whatever the machine's speed.
+const maxOps = 200_000
+
+// write stores rising versions of its share of the keys (every n'th, from w) until stop.
+func (c *staleCheck) write(t *testing.T, addr string, w, n int, stop <-chan struct{}) {
+	tc, err := dialText(addr)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer tc.Close()
+	for v := int64(1); v < maxOps; v++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		for i := w; i < len(c.keys); i += n {
+			k := c.keys[i]
+			ans, err := tc.set(k, strconv.FormatInt(v, 10))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ans == "STORED" {
+				c.newest[k].Store(v)
+				c.acked.Add(1)
+			} else {
+				c.fail(k)
+			}
+		}
+	}
+}
+
+// read reads random keys until stop and compares each with what was acknowledged before.
+func (c *staleCheck) read(t *testing.T, addr string, stop <-chan struct{}) {
+	tc, err := dialText(addr)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer tc.Close()
+	for range maxOps {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		k := c.keys[rand.IntN(len(c.keys))]
+		floor := c.newest[k].Load()
+		v, err := tc.get(k)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		c.reads.Add(1)
+		if strings.HasPrefix(v, "SERVER_ERROR") {
+			c.fail(k)
+			continue
+		}
+		if v == "" {
+			continue // a miss: a cache may forget
+		}
+		if got, _ := strconv.ParseInt(v, 10, 64); got < floor {
+			c.stale.Add(1)
+			c.mu.Lock()
+			if len(c.seen) < 10 {
+				c.seen = append(c.seen, fmt.Sprintf("%s read %d after %d was acknowledged", k, got, floor))
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *staleCheck) fail(k string) {
+	c.mu.Lock()
+	c.errs[k]++
+	c.mu.Unlock()
+}
+
+func (c *staleCheck) errorsByKey() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.errs
+}
+
+func (c *staleCheck) examples() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen
+}

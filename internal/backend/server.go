@@ -177,8 +177,10 @@ func (s *Server) exchange(ctx context.Context, cl *call, n int) error {
 		// Its place among c's requests is fixed: the client's next request may go.
 		dispatched = true
 		turn.Dispatched(ctx)
+		// A lone request, the only one in flight to the server, is written at once by its
+		// own goroutine; under load the writer batches (see conn.flush).
 		_, pipelined := turn.Affinity(ctx)
-		c.flush(!pipelined)
+		c.flush(!pipelined && s.inFlight.Load() <= 1)
 		err = s.wait(ctx, c, cl)
 	}
 	if err == nil {

@@ -161,6 +161,9 @@ func (s *Server) exchange(ctx context.Context, cl *call, n int) error {
 			turn.Dispatched(ctx)
 		}
 	}()
+	if err := ctx.Err(); err != nil {
+		return err // the client is gone: nothing to send
+	}
 	s.requests.Add(uint64(n))
 	if s.health.dead.Load() {
 		s.down.Add(uint64(n))

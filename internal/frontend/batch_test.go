@@ -33,16 +33,22 @@ func (s *countingServer) Do(ctx context.Context, req *protocol.Request, resps []
 	return s.Store.Do(ctx, req, resps)
 }
 
-// TestQuietGetsAnsweredAsOneBatch: 100 pipelined getkq and a noop (libmemcached's binary
-// mget) reach the server as one request, and every client answer keeps its own opaque and
-// key, in order, misses suppressed.
-func TestQuietGetsAnsweredAsOneBatch(t *testing.T) {
+// startCounting serves a proxy over one countingServer.
+func startCounting(t *testing.T) (*countingServer, *testServer) {
+	t.Helper()
 	srv := &countingServer{Store: memstore.New(memstore.Options{})}
 	p, err := pool.New("main", pool.Options{}, []pool.Member{{Name: "s", Addr: "embedded/0", Weight: 1, Server: srv}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := startServer(t, &frontend.Server{Handler: proxy.New(&topology.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{})})
+	return srv, startServer(t, &frontend.Server{Handler: proxy.New(&topology.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{})})
+}
+
+// TestQuietGetsAnsweredAsOneBatch: 100 pipelined getkq and a noop (libmemcached's binary
+// mget) reach the server as one request, and every client answer keeps its own opaque and
+// key, in order, misses suppressed.
+func TestQuietGetsAnsweredAsOneBatch(t *testing.T) {
+	srv, ts := startCounting(t)
 	c := dial(t, ts.addr)
 
 	var stream []byte
@@ -78,12 +84,7 @@ func TestQuietGetsAnsweredAsOneBatch(t *testing.T) {
 // server as one batch, executed in order, each answered in its place; so do binary quiet
 // writes, whose failures alone are answered.
 func TestPipelinedWritesSentAsOneBatch(t *testing.T) {
-	srv := &countingServer{Store: memstore.New(memstore.Options{})}
-	p, err := pool.New("main", pool.Options{}, []pool.Member{{Name: "s", Addr: "embedded/0", Weight: 1, Server: srv}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := startServer(t, &frontend.Server{Handler: proxy.New(&topology.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{})})
+	srv, ts := startCounting(t)
 
 	t.Run("text", func(t *testing.T) {
 		c := dial(t, ts.addr)

@@ -245,6 +245,28 @@ func TestLiveMigration(t *testing.T) {
 		t.Errorf("%d stale reads and %d reads of deleted keys during the migration", stale, resurrected)
 	}
 
+	// OLD keeps no value older than one acknowledged: every write of the slot sent a delete
+	// there, so that a revert, or another proxy still reading OLD, cannot serve one.
+	direct, err := dialText(mcs[1].Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := 0
+	for _, k := range moved {
+		v, err := direct.get(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, gone := model.get(k); v != "" && (gone || versionOf(v) < want) {
+			older++
+		}
+	}
+	direct.Close()
+	t.Logf("when done: %d values on the old server older than the acknowledged ones", older)
+	if older > 0 {
+		t.Errorf("the old server holds %d values older than acknowledged writes", older)
+	}
+
 	// Then the old server goes away: every key is served from the new one, as acknowledged.
 	mcs[1].Stop()
 	lost, reverted, back := 0, 0, 0

@@ -96,6 +96,18 @@ func (f *forwarder) relay(dst, src net.Conn, toServer bool) {
 	}
 }
 
+// cut closes every connection relayed so far, both sides: a server that hangs up on its
+// clients, its data kept.
+func (f *forwarder) cut() {
+	f.mu.Lock()
+	conns := f.conns
+	f.conns = nil
+	f.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
 func (f *forwarder) close() {
 	f.ln.Close()
 	f.mu.Lock()

@@ -80,7 +80,8 @@ type Server struct {
 	Name        string
 	Addr        string // host:port, port in canonical decimal form
 	Weight      int    // at least 1
-	MigrateFrom string // host:port this slot's data is being moved from, or ""
+	MigrateFrom string    // host:port this slot's data is being moved from, or ""
+	MigrateAt   time.Time // when every proxy of a tier switches the slot to the new server; zero: at the reload
 	Line        int    // line of the entry in the file, for messages; 0 when not from a file
 }
 

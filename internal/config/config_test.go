@@ -19,7 +19,7 @@ func contractConfig() *Config {
 		Servers: []Server{
 			{Addr: "127.0.0.1:11212", Weight: 1, Line: 17},
 			{Addr: "127.0.0.1:11213", Weight: 2, Line: 18},
-			{Name: "mc3", Addr: "127.0.0.1:11214", Weight: 1, MigrateFrom: "127.0.0.1:11219", Line: 19},
+			{Name: "mc3", Addr: "127.0.0.1:11214", Weight: 1, MigrateFrom: "127.0.0.1:11219", MigrateAt: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), Line: 19},
 		},
 		Connections:      4,
 		ConnectTimeout:   time.Second,
@@ -36,7 +36,7 @@ func contractConfig() *Config {
 		MigrateRate:      0,
 	}
 	spare := NewPool("spare")
-	spare.Servers = []Server{{Addr: "127.0.0.1:11300", Weight: 1, Line: 36}}
+	spare.Servers = []Server{{Addr: "127.0.0.1:11300", Weight: 1, Line: 37}}
 	return &Config{
 		Listen:          "127.0.0.1:11211",
 		Admin:           "127.0.0.1:9151",

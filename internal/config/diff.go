@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // restartNote marks a setting that a reload reads but cannot apply: the listeners, the
@@ -157,6 +158,7 @@ func (d *differ) servers(prefix string, prev, next []Server) {
 		d.change(at, "addr", p.Addr, s.Addr, "")
 		d.change(at, "weight", p.Weight, s.Weight, "")
 		d.change(at, "migrate_from", quoteEmpty(p.MigrateFrom), quoteEmpty(s.MigrateFrom), "")
+		d.change(at, "migrate_at", timeOrEmpty(p.MigrateAt), timeOrEmpty(s.MigrateAt), "")
 	}
 	if !slices.Equal(keptBefore, keptAfter) {
 		var order []string
@@ -216,4 +218,12 @@ func quoteList(ss []string) string {
 		q[i] = strconv.Quote(s)
 	}
 	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// timeOrEmpty is t as the file gives it, or "" when unset.
+func timeOrEmpty(t time.Time) string {
+	if t.IsZero() {
+		return `""`
+	}
+	return t.Format(time.RFC3339Nano)
 }

@@ -111,6 +111,9 @@ func serverNode(s Server) *yaml.Node {
 	if s.MigrateFrom != "" {
 		put(m, "migrate_from", strNode(s.MigrateFrom))
 	}
+	if !s.MigrateAt.IsZero() {
+		put(m, "migrate_at", strNode(s.MigrateAt.Format(time.RFC3339Nano)))
+	}
 	return m
 }
 

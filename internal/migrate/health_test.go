@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/moxi-proxy/moxi/internal/memstore"
 	"github.com/moxi-proxy/moxi/internal/pool"
@@ -94,5 +95,27 @@ func TestFailoverSeesDeadMigratingSlot(t *testing.T) {
 		if i := pl.Locate(k); i != 0 {
 			t.Fatalf("key %s placed on member %d after its server recovered, want 0", k, i)
 		}
+	}
+}
+
+// TestScheduledServesOld: before migrate_at the slot is its old server, exactly as before
+// the reload: requests, health and phase; nothing reaches the new server.
+func TestScheduledServesOld(t *testing.T) {
+	oldServer, newServer := memstore.New(memstore.Options{}), memstore.New(memstore.Options{})
+	m := New(Options{Pool: "p", Name: "s", From: blackhole(t), To: "new", New: newServer, Old: oldServer, At: time.Now().Add(time.Hour)})
+	m.Start()
+	defer m.Close()
+	if p := m.Phase(); p != Scheduled {
+		t.Errorf("phase %q before migrate_at, want %q", p, Scheduled)
+	}
+	var r [1]protocol.Response
+	if err := m.Do(context.Background(), &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}, r[:]); err != nil {
+		t.Fatal(err)
+	}
+	resps := make([]protocol.Response, 1)
+	errs := make([]error, 1)
+	m.DoBatch(context.Background(), []protocol.Request{{Op: protocol.OpSet, Key: []byte("b"), Value: []byte("v")}}, resps, errs)
+	if o, n := oldServer.Info().Counters.Requests, newServer.Info().Counters.Requests; o != 2 || n != 0 {
+		t.Errorf("old server got %d requests, new %d; want 2 and 0", o, n)
 	}
 }

@@ -25,6 +25,11 @@ type Options struct {
 	Pool, Name string        // the slot
 	From, To   string        // the old server's address, the new one's
 	New        pool.Server   // the new server; owned by the caller, who closes it
+	// At, when set, is the instant every proxy of a tier switches the slot to New (its
+	// migrate_at). Until then Old, the server that served the slot before, serves it
+	// exactly as before, and nothing is copied; the copy starts Settle after At.
+	At  time.Time
+	Old pool.Server // required with At; owned by the caller, who closes it
 	Rate       int           // keys per second the background copy may move; 0 = no limit
 	Timeout    time.Duration // per request to the old server; default 1s
 	MaxValue   int           // largest value read from the old server; 0 = protocol.DefaultLimits
@@ -34,9 +39,16 @@ type Options struct {
 // oldRetryAfter is how long reads leave the old server alone after it failed one.
 const oldRetryAfter = time.Second
 
+// Settle is how long after migrate_at the background copy starts: by then every proxy of
+// the tier has switched (clocks agree within it) and the requests they sent OLD before the
+// switch have been answered or timed out. Until the copy starts, reads of keys missing on
+// the new server still go to OLD, so nothing is lost meanwhile.
+const Settle = 2 * time.Second
+
 // Phases of a migration.
 const (
-	Copying = "copying"
+	Scheduled = "scheduled" // migrate_at has not come: OLD serves the slot as before
+	Copying   = "copying"
 	Done    = "done"
 	Failed  = "failed"
 )
@@ -73,6 +85,7 @@ type Migration struct {
 	err      error
 
 	oldDownUntil atomic.Int64 // unix nanos: until then, reads do not consult the old server
+	switched     atomic.Bool  // migrate_at has passed (or there is none)
 
 	stripes   [1024]sync.Mutex
 	touchedMu sync.Mutex
@@ -97,7 +110,20 @@ func New(opts Options) *Migration {
 	m := &Migration{opts: opts, old: newOldServer(opts.From, 4, opts.Timeout, opts.MaxValue), touched: make(map[string]struct{})}
 	phase := Copying
 	m.phase.Store(&phase)
+	m.switched.Store(opts.At.IsZero())
 	return m
+}
+
+// scheduled reports whether migrate_at is still ahead: the slot is OLD's, as before.
+func (m *Migration) scheduled() bool {
+	if m.switched.Load() {
+		return false
+	}
+	if time.Now().Before(m.opts.At) {
+		return true
+	}
+	m.switched.Store(true)
+	return false
 }
 
 // Start begins the background copy; Stop ends it.
@@ -107,9 +133,26 @@ func (m *Migration) Start() {
 	m.mu.Lock()
 	m.started = time.Now()
 	m.mu.Unlock()
-	m.opts.Logger.Info("migration started", "pool", m.opts.Pool, "server", m.opts.Name, "from", m.opts.From, "to", m.opts.To, "rate", m.opts.Rate)
+	if m.opts.At.IsZero() {
+		m.opts.Logger.Info("migration started", "pool", m.opts.Pool, "server", m.opts.Name, "from", m.opts.From, "to", m.opts.To, "rate", m.opts.Rate)
+	} else {
+		m.opts.Logger.Info("migration scheduled", "pool", m.opts.Pool, "server", m.opts.Name, "from", m.opts.From, "to", m.opts.To, "rate", m.opts.Rate,
+			"migrate_at", m.opts.At, "copy_from", m.opts.At.Add(Settle))
+	}
 	go func() {
 		defer close(m.stopped)
+		if !m.opts.At.IsZero() {
+			wait := time.NewTimer(time.Until(m.opts.At.Add(Settle)))
+			defer wait.Stop()
+			select {
+			case <-wait.C:
+			case <-ctx.Done():
+				return
+			}
+			m.mu.Lock()
+			m.started = time.Now()
+			m.mu.Unlock()
+		}
 		m.run(ctx)
 	}()
 }
@@ -132,24 +175,39 @@ func (m *Migration) Close() error {
 	return nil
 }
 
-// Phase is copying, done or failed.
-func (m *Migration) Phase() string { return *m.phase.Load() }
+// Phase is scheduled, copying, done or failed.
+func (m *Migration) Phase() string {
+	if m.scheduled() {
+		return Scheduled
+	}
+	return *m.phase.Load()
+}
 
-// Up is the new server's health: while its slot migrates, failover treats the slot as its
-// new server.
-func (m *Migration) Up() bool { return m.opts.New.Up() }
+// serving is the server the slot is, to failover and the admin views: OLD while scheduled,
+// then the new one.
+func (m *Migration) serving() pool.Server {
+	if m.scheduled() {
+		return m.opts.Old
+	}
+	return m.opts.New
+}
 
-// Info is the new server's, its state "migrating" while the copy runs and the server is up.
+// Up is the serving server's health: while its slot migrates, failover treats the slot as
+// its new server.
+func (m *Migration) Up() bool { return m.serving().Up() }
+
+// Info is the serving server's, its state "migrating" while the copy runs and the server is
+// up.
 func (m *Migration) Info() pool.Info {
-	info := m.opts.New.Info()
+	info := m.serving().Info()
 	if info.State == pool.StateUp && m.Phase() == Copying {
 		info.State = pool.StateMigrating
 	}
 	return info
 }
 
-// Stats are the new server's "stats proxy" lines.
-func (m *Migration) Stats() []protocol.Stat { return m.opts.New.Stats() }
+// Stats are the serving server's "stats proxy" lines.
+func (m *Migration) Stats() []protocol.Stat { return m.serving().Stats() }
 
 // Status reports the migration's progress.
 func (m *Migration) Status() Status {
@@ -185,6 +243,9 @@ func (m *Migration) finish(phase string, err error) {
 
 // Do answers a request for the slot. Once the copy is done the new server alone answers.
 func (m *Migration) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+	if m.scheduled() {
+		return m.opts.Old.Do(ctx, req, resps)
+	}
 	if m.Phase() == Done {
 		return m.opts.New.Do(ctx, req, resps)
 	}
@@ -214,6 +275,10 @@ func (m *Migration) Do(ctx context.Context, req *protocol.Request, resps []proto
 // DoBatch executes writes for the slot: once the copy is done as the new server's batch,
 // before that one by one, each under its key's rules (see write).
 func (m *Migration) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	if m.scheduled() {
+		m.opts.Old.DoBatch(ctx, reqs, resps, errs)
+		return
+	}
 	if m.Phase() == Done {
 		m.opts.New.DoBatch(ctx, reqs, resps, errs)
 		return

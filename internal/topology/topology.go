@@ -43,6 +43,7 @@ type Builder struct {
 // migrationKey identifies a migration: the same slot moving between the same servers.
 type migrationKey struct {
 	pool, name, from, to string
+	at                   time.Time   // migrate_at: another instant is another schedule
 	server               pool.Server // the new server itself: new settings mean a new server, and a new copy
 }
 
@@ -160,33 +161,40 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 	for i, sc := range pc.Servers {
 		m := &members[i]
 		m.Name, m.Addr, m.Weight = sc.RingName(), sc.Addr, sc.Weight
-		key := serverKey{
-			pool: pc.Name, addr: sc.Addr, name: m.Name, embeddedIndex: -1,
-			connections: pc.Connections, connectTimeout: pc.ConnectTimeout, timeout: pc.Timeout,
-			failureLimit: pc.FailureLimit, backoff: pc.DeadBackoff, backoffMax: pc.DeadBackoffMax, limits: lim,
-		}
-		m.Server = b.server(pd, key, func() pool.Server {
-			if !b.Dial {
-				return unconnected{}
+		remote := func(addr string) pool.Server {
+			key := serverKey{
+				pool: pc.Name, addr: addr, name: m.Name, embeddedIndex: -1,
+				connections: pc.Connections, connectTimeout: pc.ConnectTimeout, timeout: pc.Timeout,
+				failureLimit: pc.FailureLimit, backoff: pc.DeadBackoff, backoffMax: pc.DeadBackoffMax, limits: lim,
 			}
-			return backend.New(backend.Options{
-				Addr:           sc.Addr,
-				Connections:    pc.Connections,
-				ConnectTimeout: pc.ConnectTimeout,
-				Timeout:        pc.Timeout,
-				FailureLimit:   pc.FailureLimit,
-				RetryMin:       pc.DeadBackoff,
-				RetryMax:       pc.DeadBackoffMax,
-				Limits:         lim,
-				Logger:         b.logger().With("pool", pc.Name, "server", m.Name),
-				Observe:        b.observer(pc.Name, m.Name),
+			return b.server(pd, key, func() pool.Server {
+				if !b.Dial {
+					return unconnected{}
+				}
+				return backend.New(backend.Options{
+					Addr:           addr,
+					Connections:    pc.Connections,
+					ConnectTimeout: pc.ConnectTimeout,
+					Timeout:        pc.Timeout,
+					FailureLimit:   pc.FailureLimit,
+					RetryMin:       pc.DeadBackoff,
+					RetryMax:       pc.DeadBackoffMax,
+					Limits:         lim,
+					Logger:         b.logger().With("pool", pc.Name, "server", m.Name),
+					Observe:        b.observer(pc.Name, m.Name),
+				})
 			})
-		})
+		}
+		m.Server = remote(sc.Addr)
 		if sc.MigrateFrom != "" && b.Dial {
-			m.Server = b.migration(pd, migrationKey{pc.Name, m.Name, sc.MigrateFrom, sc.Addr, m.Server}, func() *migrate.Migration {
+			var old pool.Server // serves the slot until migrate_at: the running one when unchanged
+			if !sc.MigrateAt.IsZero() {
+				old = remote(sc.MigrateFrom)
+			}
+			m.Server = b.migration(pd, migrationKey{pc.Name, m.Name, sc.MigrateFrom, sc.Addr, sc.MigrateAt, m.Server}, func() *migrate.Migration {
 				return migrate.New(migrate.Options{
 					Pool: pc.Name, Name: m.Name, From: sc.MigrateFrom, To: sc.Addr,
-					New: m.Server, Rate: pc.MigrateRate, Timeout: pc.Timeout + pc.ConnectTimeout,
+					New: m.Server, At: sc.MigrateAt, Old: old, Rate: pc.MigrateRate, Timeout: pc.Timeout + pc.ConnectTimeout,
 					MaxValue: lim.MaxValueBytes, Logger: b.logger(),
 				})
 			})

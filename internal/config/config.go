@@ -78,11 +78,11 @@ type Server struct {
 	// then derives it from Addr the way twemproxy and libmemcached do (see RingName), which
 	// keeps key placement compatible with them.
 	Name        string
-	Addr        string // host:port, port in canonical decimal form
-	Weight      int    // at least 1
+	Addr        string    // host:port, port in canonical decimal form
+	Weight      int       // at least 1
 	MigrateFrom string    // host:port this slot's data is being moved from, or ""
 	MigrateAt   time.Time // when every proxy of a tier switches the slot to the new server; zero: at the reload
-	Line        int    // line of the entry in the file, for messages; 0 when not from a file
+	Line        int       // line of the entry in the file, for messages; 0 when not from a file
 }
 
 // Route sends keys starting with Prefix to Pool.

@@ -22,18 +22,18 @@ var _ pool.Server = (*Migration)(nil)
 
 // Options describe one migration.
 type Options struct {
-	Pool, Name string        // the slot
-	From, To   string        // the old server's address, the new one's
-	New        pool.Server   // the new server; owned by the caller, who closes it
+	Pool, Name string      // the slot
+	From, To   string      // the old server's address, the new one's
+	New        pool.Server // the new server; owned by the caller, who closes it
 	// At, when set, is the instant every proxy of a tier switches the slot to New (its
 	// migrate_at). Until then Old, the server that served the slot before, serves it
 	// exactly as before, and nothing is copied; the copy starts Settle after At.
-	At  time.Time
-	Old pool.Server // required with At; owned by the caller, who closes it
-	Rate       int           // keys per second the background copy may move; 0 = no limit
-	Timeout    time.Duration // per request to the old server; default 1s
-	MaxValue   int           // largest value read from the old server; 0 = protocol.DefaultLimits
-	Logger     *slog.Logger
+	At       time.Time
+	Old      pool.Server   // required with At; owned by the caller, who closes it
+	Rate     int           // keys per second the background copy may move; 0 = no limit
+	Timeout  time.Duration // per request to the old server; default 1s
+	MaxValue int           // largest value read from the old server; 0 = protocol.DefaultLimits
+	Logger   *slog.Logger
 }
 
 // oldRetryAfter is how long reads leave the old server alone after it failed one.
@@ -49,8 +49,8 @@ const Settle = 2 * time.Second
 const (
 	Scheduled = "scheduled" // migrate_at has not come: OLD serves the slot as before
 	Copying   = "copying"
-	Done    = "done"
-	Failed  = "failed"
+	Done      = "done"
+	Failed    = "failed"
 )
 
 // Status is a migration's progress.

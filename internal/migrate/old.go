@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -94,9 +95,32 @@ func (o *oldServer) delete(ctx context.Context, key []byte) error {
 	})
 }
 
-// dump lists the server's items with "lru_crawler metadump all" on a connection of its
-// own: the crawler streams, and nothing else may share the connection meanwhile.
+// errCrawlerBusy is memcached's answer to a metadump while its crawler is busy with another
+// (in a tier, another proxy's copy lists the same OLD).
+var errCrawlerBusy = errors.New("crawler busy")
+
+// crawlerRetry is how long dump waits before asking a busy crawler again.
+const crawlerRetry = 500 * time.Millisecond
+
+// dump lists the server's items with "lru_crawler metadump all". While the crawler is busy
+// with another listing, it waits for it, until ctx ends.
 func (o *oldServer) dump(ctx context.Context, each func(DumpEntry) error) error {
+	for {
+		err := o.dumpOnce(ctx, each)
+		if !errors.Is(err, errCrawlerBusy) {
+			return err
+		}
+		select {
+		case <-time.After(crawlerRetry):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// dumpOnce lists the items once, on a connection of its own: the crawler streams, and
+// nothing else may share the connection meanwhile.
+func (o *oldServer) dumpOnce(ctx context.Context, each func(DumpEntry) error) error {
 	d := net.Dialer{Timeout: o.timeout}
 	nc, err := d.DialContext(ctx, "tcp", o.addr)
 	if err != nil {
@@ -119,7 +143,9 @@ func (o *oldServer) dump(ctx context.Context, each func(DumpEntry) error) error 
 		switch {
 		case string(line) == "END":
 			return nil
-		case bytes.HasPrefix(line, []byte("ERROR")), bytes.HasPrefix(line, []byte("BUSY")), bytes.HasPrefix(line, []byte("CLIENT_ERROR")):
+		case bytes.HasPrefix(line, []byte("BUSY")):
+			return fmt.Errorf("metadump from %s: %s: %w", o.addr, line, errCrawlerBusy)
+		case bytes.HasPrefix(line, []byte("ERROR")), bytes.HasPrefix(line, []byte("CLIENT_ERROR")):
 			return fmt.Errorf("metadump from %s: %s", o.addr, line)
 		}
 		if e, ok := ParseMetadumpLine(line); ok {

@@ -15,7 +15,7 @@ import (
 type call struct {
 	// Set by the caller before enqueue.
 	req   *protocol.Request  // valid only during Server.Do, read only while encoding
-	batch []protocol.Request // or a batch of writes (DoBatch), valid as long
+	batch []protocol.Request // or a batch of single-key requests (DoBatch), valid as long
 	keys  [][]byte           // retrieval: distinct keys in first-seen order
 	index []int              // retrieval: req.Keys[i] is keys[index[i]]
 	seen  map[string]int     // retrieval: keys' positions, once there are many
@@ -61,8 +61,8 @@ func (cl *call) prepareSingle(req *protocol.Request) {
 	cl.resps = append(cl.resps, protocol.Response{})
 }
 
-// prepareBatch readies a batch of writes: a packet each, and a noop after them when some
-// go quiet (see quietly), whose answer says the server has answered them all.
+// prepareBatch readies a batch of single-key requests: a packet each, and a noop after
+// them when some go quiet (see quietly), whose answer says the server has answered them all.
 func (cl *call) prepareBatch(reqs []protocol.Request) {
 	cl.batch = reqs
 	cl.n = uint32(len(reqs))
@@ -167,7 +167,7 @@ func quietly(req *protocol.Request) bool {
 	return (req.Quiet || req.NoReply) && !casZero(req)
 }
 
-// encodeSingle appends the packet of a request other than a retrieval, as opaque.
+// encodeSingle appends the packet of a single-key request, as opaque.
 func encodeSingle(dst []byte, req *protocol.Request, opaque uint32, quiet bool) []byte {
 	if casZero(req) {
 		var one [1][]byte
@@ -179,8 +179,8 @@ func encodeSingle(dst []byte, req *protocol.Request, opaque uint32, quiet bool) 
 	return protocol.AppendBinaryRequest(dst, &out)
 }
 
-// answerSingle is the client's answer to a request other than a retrieval, from the
-// server's answer to its packet.
+// answerSingle is the client's answer to a single-key request, from the server's answer
+// to its packet.
 func answerSingle(req *protocol.Request, got *protocol.Response) protocol.Response {
 	if casZero(req) {
 		r := protocol.Response{Status: got.Status, Msg: got.Msg}

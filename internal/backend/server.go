@@ -134,7 +134,8 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 }
 
 // DoBatch sends reqs as one run of packets and waits for their answers (see
-// pool.Server): a connection failure or a timeout fails them all.
+// pool.Server): a connection failure or a timeout fails them all. A retrieval's answer
+// has no Key; the caller knows it.
 func (s *Server) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
 	cl := s.getCall()
 	defer s.putCall(cl)

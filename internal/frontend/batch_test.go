@@ -114,6 +114,22 @@ func TestPipelinedWritesSentAsOneBatch(t *testing.T) {
 			t.Errorf("100 pipelined writes made %d batches; want 1 (2 if the stream was split)", n)
 		}
 	})
+	t.Run("sets and gets", func(t *testing.T) {
+		c := dial(t, ts.addr)
+		var stream, want bytes.Buffer
+		for i := range 50 {
+			fmt.Fprintf(&stream, "set m%d 0 0 2\r\nv%d\r\nget m%d\r\ngets nothere%d\r\n", i, i%10, i, i)
+			fmt.Fprintf(&want, "STORED\r\nVALUE m%d 0 2\r\nv%d\r\nEND\r\nEND\r\n", i, i%10)
+		}
+		before := srv.batches.Load()
+		c.send(stream.Bytes())
+		if got := c.read(want.Len()); !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("answers:\n%q\nwant\n%q", got, want.Bytes())
+		}
+		if n := srv.batches.Load() - before; n < 1 || n > 3 {
+			t.Errorf("150 pipelined sets and gets made %d batches; want 2 (128 a run), 3 if the stream was split", n)
+		}
+	})
 	t.Run("binary quiet", func(t *testing.T) {
 		c := dial(t, ts.addr)
 		ext := binary.BigEndian.AppendUint64(nil, 0) // flags 0, exptime 0

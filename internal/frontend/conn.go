@@ -32,11 +32,11 @@ const (
 	// maxQuietBatch bounds the binary quiet gets answered as one multi-key get.
 	maxQuietBatch = 1024
 
-	// A run of pipelined writes sent to the servers as one batch (see addWrite) holds at
-	// most maxRunWrites writes and, past maxRunBytes of keys and values, ends with the
-	// write that crossed it.
-	maxRunWrites = 128
-	maxRunBytes  = 1 << 20
+	// A run of pipelined single-key requests sent to the servers as one batch (see
+	// addToRun) holds at most maxRunRequests and, past maxRunBytes of keys and values,
+	// ends with the request that crossed it.
+	maxRunRequests = 128
+	maxRunBytes    = 1 << 20
 )
 
 var errQuit = errors.New("client quit")
@@ -72,7 +72,7 @@ type conn struct {
 	batch        []protocol.Request
 	batchKeys    []byte   // their keys, back to back
 	batchKeyEnds [][2]int // each key's start and end in batchKeys
-	writeRun     *task    // pipelined writes read but not yet started (see addWrite)
+	building     *task    // pipelined single-key requests read but not yet started (see addToRun)
 
 	mu           sync.Mutex
 	cond         sync.Cond  // broadcast when answers were written or the writer token is free
@@ -176,21 +176,21 @@ func (c *conn) readBusy() error {
 		rejected := false
 		err := c.readRequest()
 		if err == nil && c.batchable() {
-			c.startRun() // writes read before the quiet gets come first
+			c.startRun() // the run read before the quiet gets comes first
 			c.addToBatch()
 			if c.more() && len(c.batch) < maxQuietBatch {
 				continue // more may follow: answer them together
 			}
 			c.startBatch()
-		} else if err == nil && c.req.Op.IsWrite() && (c.writeRun != nil || c.more()) {
+		} else if err == nil && c.runnable() && (c.building != nil || c.more()) {
 			c.startBatch()
-			c.addWrite()
-			if c.more() && len(c.writeRun.batch) < maxRunWrites && len(c.writeRun.data) < maxRunBytes {
+			c.addToRun()
+			if c.more() && len(c.building.batch) < maxRunRequests && len(c.building.data) < maxRunBytes {
 				continue // more may follow: send them together
 			}
 			c.startRun()
 		} else {
-			c.startBatch() // quiet gets and writes read before this request come first
+			c.startBatch() // quiet gets and the run read before this request come first
 			c.startRun()
 			switch {
 			case err != nil:
@@ -285,35 +285,56 @@ func (c *conn) startBatch() {
 	c.start(t)
 }
 
-// addWrite adds the write just read to the run being read. A client that pipelines writes
-// (pymemcache's set_many, libmemcached's quiet sets, a Java client's threads on one
-// connection) gets them sent to each server as one batch (Handler.HandleWrites), and
-// answered together.
-func (c *conn) addWrite() {
-	if c.writeRun == nil {
-		c.writeRun = c.s.getTask()
-		c.writeRun.writes = true
+// runnable reports whether the request just read may join a run (see addToRun): a write,
+// or a get/gets of one key (binary quiet gets have their own batch, see batchable).
+func (c *conn) runnable() bool {
+	r := &c.req
+	return r.Op.IsWrite() || (r.Op == protocol.OpGet || r.Op == protocol.OpGets) && len(r.Keys) == 1 && !r.Quiet
+}
+
+// addToRun adds the request just read to the run being read. A client that pipelines
+// single-key requests (pymemcache's set_many, libmemcached's quiet sets, a Java client's
+// threads sharing one connection) gets them sent to each server as one batch
+// (Handler.HandleRun), and answered together.
+func (c *conn) addToRun() {
+	if c.building == nil {
+		c.building = c.s.getTask()
+		c.building.single = true
 	}
-	t, r := c.writeRun, c.req
+	t, r := c.building, c.req
+	key := r.Key
+	if r.Op.IsRetrieval() {
+		key = r.Keys[0]
+	}
 	// The bytes are copied, since the decoder reuses its buffers; the request points at
 	// them when the run starts, once data no longer moves as it grows.
-	t.spans = append(t.spans, span{at: len(t.data), key: len(r.Key), value: len(r.Value)})
-	t.data = append(t.data, r.Key...)
+	t.spans = append(t.spans, span{at: len(t.data), key: len(key), value: len(r.Value)})
+	t.data = append(t.data, key...)
 	t.data = append(t.data, r.Value...)
 	r.Key, r.Value, r.Keys, r.Args = nil, nil, nil, nil
 	t.batch = append(t.batch, r)
 }
 
-// startRun starts the run of writes kept by addWrite as one task.
+// startRun starts the run kept by addToRun as one task.
 func (c *conn) startRun() {
-	t := c.writeRun
+	t := c.building
 	if t == nil {
 		return
 	}
-	c.writeRun = nil
+	c.building = nil
+	t.keys = t.keys[:0]
+	for _, sp := range t.spans {
+		k := sp.at + sp.key
+		t.keys = append(t.keys, t.data[sp.at:k:k])
+	}
 	for i, sp := range t.spans {
-		k, v := sp.at+sp.key, sp.at+sp.key+sp.value
-		t.batch[i].Key, t.batch[i].Value = t.data[sp.at:k:k], t.data[k:v:v]
+		r := &t.batch[i]
+		if r.Op.IsRetrieval() {
+			r.Keys = t.keys[i : i+1 : i+1]
+		} else {
+			k, v := sp.at+sp.key, sp.at+sp.key+sp.value
+			r.Key, r.Value = t.keys[i], t.data[k:v:v]
+		}
 	}
 	c.start(t)
 }
@@ -361,7 +382,7 @@ func (c *conn) start(t *task) {
 	r := &t.req
 	t.weight = 1
 	switch {
-	case t.writes:
+	case t.single:
 		t.weight = len(t.batch)
 	case r.Op.IsRetrieval():
 		part := c.s.partKeys()
@@ -422,12 +443,12 @@ func (c *conn) run(t *task) {
 		c.stream(t)
 		return
 	}
-	if t.writes {
+	if t.single {
 		t.resps = t.resps[:0]
 		for range t.batch {
 			t.resps = append(t.resps, protocol.Response{})
 		}
-		c.s.Handler.HandleWrites(t, t.batch, t.resps)
+		c.s.Handler.HandleRun(t, t.batch, t.resps)
 	} else {
 		t.resps = c.s.Handler.Handle(t, &t.req, t.resps[:0])
 	}
@@ -444,7 +465,7 @@ func (c *conn) encode(dst []byte, t *task, req *protocol.Request, resps []protoc
 	switch {
 	case t.silent:
 		return dst, true
-	case t.writes:
+	case t.single:
 		for i := range resps {
 			if c.binary {
 				dst = protocol.AppendBinaryResponse(dst, &t.batch[i], &resps[i])

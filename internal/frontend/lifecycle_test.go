@@ -39,7 +39,7 @@ func (h *gateHandler) Handle(ctx context.Context, _ *protocol.Request, resps []p
 	return append(resps, protocol.Response{Value: []byte("gate")})
 }
 
-func (h *gateHandler) HandleWrites(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
+func (h *gateHandler) HandleRun(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
 	for i := range reqs {
 		resps[i] = h.Handle(ctx, &reqs[i], resps[i:i])[0]
 	}

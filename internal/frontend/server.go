@@ -24,9 +24,10 @@ import (
 // ctx ends when Shutdown's deadline passes with the request still in flight.
 type Handler interface {
 	Handle(ctx context.Context, req *protocol.Request, resps []protocol.Response) []protocol.Response
-	// HandleWrites answers a run of pipelined writes (protocol.Op.IsWrite), resps[i] for
-	// reqs[i], as Handle would answer each in turn; len(resps) == len(reqs).
-	HandleWrites(ctx context.Context, reqs []protocol.Request, resps []protocol.Response)
+	// HandleRun answers a run of pipelined single-key requests (writes and gets of one
+	// key), resps[i] for reqs[i], as Handle would answer each in turn; len(resps) ==
+	// len(reqs).
+	HandleRun(ctx context.Context, reqs []protocol.Request, resps []protocol.Response)
 }
 
 // Server accepts client connections. Set the exported fields before Serve; they are not

@@ -21,9 +21,9 @@ type task struct {
 	turn turn.Turn       // zero for a request run by the reader with nothing else in flight
 
 	req    protocol.Request
-	batch  []protocol.Request // binary quiet gets answered together (req is their multi-key get), or a run of writes
-	writes bool               // batch is a run of writes (see conn.addWrite); req is unused
-	spans  []span             // where each write's key and value are in data, while the run is read
+	batch  []protocol.Request // binary quiet gets answered together (req is their multi-key get), or a run
+	single bool               // batch is a run of single-key requests (see conn.addToRun); req is unused
+	spans  []span             // where each request's key and value are in data, while the run is read
 	keys   [][]byte           // backing array of req.Keys when the task owns them
 	data   []byte             // the request's bytes when the task owns them (pipelined)
 	resps  []protocol.Response
@@ -36,7 +36,7 @@ type task struct {
 	done   bool   // complete: out is final; guarded by conn.mu
 }
 
-// span is where one write of a run has its key and value in its task's data.
+// span is where one request of a run has its key and value in its task's data.
 type span struct{ at, key, value int }
 
 func (t *task) Deadline() (time.Time, bool) { return t.base.Deadline() }
@@ -51,10 +51,10 @@ func (t *task) Value(key any) any {
 }
 
 // own copies the request's bytes into the task, which then no longer refers to the
-// reader's buffer: the reader goes on decoding while the task runs. A run of writes owns
-// its bytes from the start.
+// reader's buffer: the reader goes on decoding while the task runs. A run owns its bytes
+// from the start.
 func (t *task) own() {
-	if t.writes {
+	if t.single {
 		return
 	}
 	r := &t.req
@@ -87,7 +87,7 @@ func (t *task) own() {
 
 // size is the bytes the task's request holds: what the connection's window counts.
 func (t *task) bytes() int {
-	if t.writes {
+	if t.single {
 		return len(t.data)
 	}
 	r := &t.req
@@ -110,7 +110,7 @@ func (t *task) reset() {
 	t.turn.Leave()
 	t.req = protocol.Request{}
 	t.keys, t.data, t.resps, t.batch, t.out, t.spans = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0], t.spans[:0]
-	t.stream, t.silent, t.writes, t.weight, t.size, t.done, t.conn = false, false, false, 0, 0, false, nil
+	t.stream, t.silent, t.single, t.weight, t.size, t.done, t.conn = false, false, false, 0, 0, false, nil
 	if cap(t.data) > keepOutput {
 		t.data = nil
 	}

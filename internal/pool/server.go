@@ -20,10 +20,11 @@ type Server interface {
 	// NOT_STORED, is a Status with a nil error. Safe for concurrent use. req and its bytes
 	// are valid only during the call.
 	Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error
-	// DoBatch executes reqs, single-key commands other than retrievals, in order, as
-	// few exchanges with the server as it can: resps[i] and errs[i] are what Do would give
-	// for reqs[i]. The batch is dispatched (package turn) once, as a whole. This is how a
-	// client's pipelined writes travel: one round trip for a run of them, not one each.
+	// DoBatch executes reqs, single-key commands (writes, and retrievals of one key), in
+	// order, in as few exchanges with the server as it can: resps[i] and errs[i] are what
+	// Do would give for reqs[i]. The batch is dispatched (package turn) once, as a whole.
+	// This is how a client's pipelined requests travel: one round trip for a run of them,
+	// not one each.
 	DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error)
 	// Up reports whether the server is considered alive. Failover moves the keys of a
 	// server that is not. Cheap: it is asked on every request.

@@ -298,7 +298,7 @@ func TestBackendError(t *testing.T) {
 				protocol.Request{Op: protocol.OpAppend, Key: []byte(k), Value: []byte("!")})
 		}
 		resps := make([]protocol.Response, len(reqs))
-		p.HandleWrites(context.Background(), reqs, resps)
+		p.HandleRun(context.Background(), reqs, resps)
 		for i, r := range resps {
 			k := keys[i/2]
 			bad := onBad[i/2]

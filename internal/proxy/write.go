@@ -53,58 +53,55 @@ func (p *Proxy) enqueue(ctx context.Context, req *protocol.Request) protocol.Res
 	return protocol.Response{}
 }
 
-// HandleWrites answers a run of pipelined writes, resps[i] for reqs[i] (len(resps) ==
-// len(reqs)), each as write would, but sends each server its share of the run as one batch
-// (pool.Server.DoBatch): a client's pipelined sets cost a round trip per server, not one
-// each. The shares go out in parallel; a write that got no answer is retried on its own.
-func (p *Proxy) HandleWrites(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
+// HandleRun answers a run of pipelined single-key requests — writes, and get/gets of one
+// key — resps[i] for reqs[i] (len(resps) == len(reqs)), each as Handle would, but sends
+// each server its share of the run as one batch (pool.Server.DoBatch): a client's
+// pipelined requests cost a round trip per server, not one each. The shares go out in
+// parallel; a request that got no answer is retried on its own. A run that needs more than
+// that — a write for a stand-in (remembered, see attempt), a key of the hot cache — is
+// answered by Handle, one request after the other, in order.
+func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
 	start := time.Now()
 	t := p.topo.Load()
-	for i := range reqs {
-		p.writes.begin(reqs[i].Key)
-		p.settle(t, reqs[i].Key)
-	}
 	b := getWriteBatch()
 	defer putWriteBatch(b)
-	for i := range reqs {
-		req := &reqs[i]
-		if inBackground(t, req) {
-			resps[i] = p.enqueue(ctx, req)
-			continue
-		}
-		pl := t.PoolFor(req.Key)
-		m := pl.Member(pl.Locate(req.Key))
-		if pl.Failover() && m != pl.Member(pl.Owner(req.Key)) {
-			// A stand-in write, which is remembered (see attempt): while a server is
-			// dead, runs go one write at a time, in order, each with its own record.
-			b.standIns = true
-			break
-		}
-		b.add(pl, m, i)
-	}
-	if b.standIns {
+	if !b.group(t, reqs) {
 		one := turn.Without(ctx) // the turn is given on when the run is done
 		for i := range reqs {
-			if !inBackground(t, &reqs[i]) {
-				p.do(one, t.PoolFor(reqs[i].Key), reqs[i].Key, &reqs[i], resps[i:i+1])
-			}
+			p.Handle(one, &reqs[i], resps[i:i])
 		}
-	} else {
-		p.sendShares(ctx, b, reqs, resps)
+		return
 	}
 	for i := range reqs {
-		req := &reqs[i]
-		p.settle(t, req.Key)
-		if bp := t.Backups[t.PoolFor(req.Key)]; bp != nil && req.Op.IsWrite() && !inBackground(t, req) {
-			p.mirror(bp, req, &resps[i])
+		if req := &reqs[i]; req.Op.IsWrite() {
+			p.writes.begin(req.Key)
+			p.settle(t, req.Key)
+			if inBackground(t, req) {
+				resps[i] = p.enqueue(ctx, req)
+			}
 		}
-		p.writes.end(req.Key)
+	}
+	p.sendShares(ctx, b, reqs, resps)
+	for i := range reqs {
+		req := &reqs[i]
+		if req.Op.IsRetrieval() {
+			resps[i].Key = req.Keys[0]
+			if len(t.Backups) > 0 {
+				p.readBackup(ctx, t, req, resps[i:i+1], nil)
+			}
+		} else {
+			p.settle(t, req.Key)
+			if bp := t.Backups[t.PoolFor(req.Key)]; bp != nil && !inBackground(t, req) {
+				p.mirror(bp, req, &resps[i])
+			}
+			p.writes.end(req.Key)
+		}
 		p.account(req, resps[i:i+1], start)
 	}
 }
 
-// sendShares sends each member its share of a run of writes, in parallel, and retries the
-// writes that got no answer one by one.
+// sendShares sends each member its share of a run, in parallel, and retries the requests
+// that got no answer one by one.
 func (p *Proxy) sendShares(ctx context.Context, b *writeBatch, reqs []protocol.Request, resps []protocol.Response) {
 	turn.Split(ctx, len(b.shares)) // the connection's next request waits for every share to be sent
 	var wg sync.WaitGroup
@@ -126,13 +123,37 @@ func (p *Proxy) sendShares(ctx context.Context, b *writeBatch, reqs []protocol.R
 	}
 }
 
-// writeBatch is a run of writes grouped by the member that serves them.
+// writeBatch is a run of single-key requests grouped by the member that serves them.
 type writeBatch struct {
-	shares   []writeShare
-	standIns bool // a write goes to a stand-in: the run goes one write at a time
+	shares []writeShare
 }
 
-// writeShare is one member's share of a run of writes.
+// group puts each request of the run in its member's share, but a fire-and-forget write,
+// which goes to the queue. It reports false, with the shares incomplete, when the run must
+// go one request at a time (see HandleRun).
+func (b *writeBatch) group(t *topology.Topology, reqs []protocol.Request) bool {
+	for i := range reqs {
+		req := &reqs[i]
+		key := req.Key
+		if req.Op.IsRetrieval() {
+			key = req.Keys[0]
+			if t.Hot.Hot(key) {
+				return false
+			}
+		} else if inBackground(t, req) {
+			continue
+		}
+		pl := t.PoolFor(key)
+		m := pl.Member(pl.Locate(key))
+		if req.Op.IsWrite() && pl.Failover() && m != pl.Member(pl.Owner(key)) {
+			return false
+		}
+		b.add(pl, m, i)
+	}
+	return true
+}
+
+// writeShare is one member's share of a run.
 type writeShare struct {
 	pool   *pool.Pool
 	member *pool.Member
@@ -157,7 +178,7 @@ func putWriteBatch(b *writeBatch) {
 	if len(b.shares) > 16 { // a run over many servers: do not pin its slices
 		b.shares = nil
 	}
-	b.shares, b.standIns = b.shares[:0], false
+	b.shares = b.shares[:0]
 	writeBatches.Put(b)
 }
 

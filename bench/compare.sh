@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Throughput of memcached direct, through twemproxy (nutcracker) and through moxi, measured
 # with memcaslap in the same run, interleaved round by round so that machine noise hits all
-# three alike. Prints the median TPS of each and the ratios moxi/twemproxy and moxi/direct.
+# three alike. Prints the median TPS of each and the ratios moxi/twemproxy and moxi/direct,
+# and the CPU each proxy spends per request (user + system time over the run's requests).
 #
 #   bench/compare.sh                 # 3 rounds of 10 s each, ascii then binary
 #   ROUNDS=5 DURATION=20s bench/compare.sh
@@ -21,16 +22,27 @@ build_moxi
 admin=$(freeport)
 start_targets --admin "127.0.0.1:$admin" ${PROFILE:+--pprof}
 
-# run NAME PORT [memcaslap flags...]: one memcaslap run, TPS appended to $work/tps.NAME.
+declare -A pidof=([twemproxy]=$twpid [moxi]=$mxpid [moxi-1thread]=$mx1pid [moxi-binary]=$mxpid [moxi-1thread-bin]=$mx1pid)
+hz=$(getconf CLK_TCK)
+
+# run NAME PORT [memcaslap flags...]: one memcaslap run, TPS appended to $work/tps.NAME and,
+# for a proxy, its CPU µs per request to $work/cpu.NAME.
 run() {
 	local name=$1 port=$2; shift 2
-	local out
+	local out pid=${pidof[$name]:-} before=0
+	[ -z "$pid" ] || before=$(cputicks "$pid")
 	out=$(memcaslap -s "127.0.0.1:$port" -T 1 -c "$CONCURRENCY" -t "$DURATION" -X "$VALUE" "$@" 2>&1)
-	local tps
+	local tps cpu=""
 	tps=$(echo "$out" | sed -n 's/.*TPS: \([0-9]*\).*/\1/p' | tail -1)
 	[ -n "$tps" ] || { echo "memcaslap against $name printed no TPS:" >&2; echo "$out" >&2; exit 1; }
 	echo "$tps" >> "$work/tps.$name"
-	printf '  %-16s %8s ops/s\n' "$name" "$tps"
+	if [ -n "$pid" ]; then
+		cpu=$(awk -v t="$(( $(cputicks "$pid") - before ))" -v hz="$hz" -v tps="$tps" -v d="${DURATION%s}" \
+			'BEGIN {printf "%.1f", t / hz * 1e6 / (tps * d)}')
+		echo "$cpu" >> "$work/cpu.$name"
+		cpu="  $cpu µs CPU/request"
+	fi
+	printf '  %-16s %8s ops/s%s\n' "$name" "$tps" "$cpu"
 }
 
 echo "memcaslap -T 1 -c $CONCURRENCY -t $DURATION -X $VALUE, $ROUNDS interleaved rounds; $(nproc) cores"
@@ -64,4 +76,7 @@ echo "               binary: direct $db  moxi $mb  moxi(GOMAXPROCS=1) $mb1"
 echo "ratios         ascii: moxi/twemproxy $(ratio "$m" "$t")  moxi/direct $(ratio "$m" "$d")  twemproxy/direct $(ratio "$t" "$d")"
 echo "                      moxi(GOMAXPROCS=1)/twemproxy $(ratio "$m1" "$t")  moxi(GOMAXPROCS=1)/direct $(ratio "$m1" "$d")"
 echo "               binary: moxi/direct $(ratio "$mb" "$db")  moxi(GOMAXPROCS=1)/direct $(ratio "$mb1" "$db")"
+ct=$(median cpu.twemproxy); cm=$(median cpu.moxi); cm1=$(median cpu.moxi-1thread)
+echo "CPU µs/request ascii: twemproxy $ct  moxi $cm  moxi(GOMAXPROCS=1) $cm1;  moxi/twemproxy $(ratio "$cm" "$ct")  moxi(GOMAXPROCS=1)/twemproxy $(ratio "$cm1" "$ct")"
+echo "               binary: moxi $(median cpu.moxi-binary)  moxi(GOMAXPROCS=1) $(median cpu.moxi-1thread-bin)"
 [ -z "${PROFILE:-}" ] || echo "moxi CPU profile: $PROFILE (go tool pprof -top $PROFILE)"

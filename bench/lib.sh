@@ -91,12 +91,16 @@ YAML
 # is: on a small host shared with the load generator and memcached it avoids cross-thread
 # wake-ups. Needs build_moxi first.
 # shellcheck disable=SC2120 # FLAGs are optional
+# Their process ids: $twpid, $mxpid, $mx1pid.
 start_targets() {
 	mc=$(freeport); start_memcached "$mc"
-	tw=$(freeport); start_twemproxy "$tw" "$mc"
-	mx=$(freeport); start_moxi "$mx" "$mc" "$@"
-	mx1=$(freeport); GOMAXPROCS=1 start_moxi "$mx1" "$mc"
+	tw=$(freeport); start_twemproxy "$tw" "$mc"; twpid=${pids[-1]}
+	mx=$(freeport); start_moxi "$mx" "$mc" "$@"; mxpid=${pids[-1]}
+	mx1=$(freeport); GOMAXPROCS=1 start_moxi "$mx1" "$mc"; mx1pid=${pids[-1]}
 }
+
+# cputicks PID: the user and system CPU time PID has used, in clock ticks (CLK_TCK).
+cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # median FILE [FORMAT]: the median of the numbers in $work/FILE, one a line, printed with
 # awk's printf FORMAT (by default %s, as awk prints a number).

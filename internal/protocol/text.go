@@ -119,7 +119,7 @@ func (d *TextReader) skip() error {
 // readLine returns the next line without its "\n" and, as memcached does, without one "\r"
 // before it when the line has something else in it.
 func (d *TextReader) readLine() ([]byte, error) {
-	s, err := d.r.ReadSlice('\n')
+	s, err := d.nextSlice()
 	if err == nil {
 		line := textTrimEOL(s)
 		if len(line) > d.lineLimit(line) {
@@ -154,6 +154,30 @@ func (d *TextReader) readLine() ([]byte, error) {
 		return nil, d.tooLong(line, true)
 	}
 	return line, nil
+}
+
+// nextSlice is bufio.Reader.ReadSlice('\n') that, like memcached, gives up on a line as
+// soon as more of it than the limit for its command has arrived without its end, rather
+// than waiting for a "\n" that a client sending garbage may never send.
+func (d *TextReader) nextSlice() ([]byte, error) {
+	for {
+		n := d.r.Buffered()
+		if n > 0 {
+			b, _ := d.r.Peek(n)
+			if i := bytes.IndexByte(b, '\n'); i >= 0 {
+				_, _ = d.r.Discard(i + 1)
+				return b[:i+1], nil // valid until the next read, as ReadSlice's
+			}
+			if n > d.lineLimit(b)+1 && !isTextRetrievalLine(b) {
+				return nil, ErrLineTooLong
+			}
+		}
+		if _, err := d.r.Peek(n + 1); err != nil {
+			// Longer than the buffer (ErrBufferFull, which readLine handles), or the
+			// input ended: ReadSlice reports it as it would have.
+			return d.r.ReadSlice('\n')
+		}
+	}
 }
 
 // lineLimit is the longest line accepted for the command that line starts with: a

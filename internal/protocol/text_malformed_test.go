@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -250,5 +251,30 @@ func textStartMemcached(t *testing.T) string {
 		case <-deadline:
 			t.Fatalf("memcached did not listen on %s: %v", addr, err)
 		}
+	}
+}
+
+// TestLongLineWithoutEndClosesAtOnce: like memcached, a command line (not a get) that has
+// gone past the limit without its "\r\n" is given up as soon as that much has arrived, not
+// when a "\n" comes, which a client sending garbage may never send (memcached's
+// t/getset.t waits for the hang-up).
+func TestLongLineWithoutEndClosesAtOnce(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write([]byte("incr " + strings.Repeat(" ", 2048) + " manyspaces 1")) }() // and nothing more
+	d := NewTextReader(bufio.NewReaderSize(pr, 16<<10), DefaultLimits())
+	done := make(chan error, 1)
+	go func() {
+		var req Request
+		done <- d.Read(&req)
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrLineTooLong) {
+			t.Fatalf("Read: %v, want ErrLineTooLong", err)
+		}
+	case <-time.After(10 * time.Second):
+		pr.CloseWithError(errors.New("test over"))
+		t.Fatal("Read still waits for the end of a 2 KB command line")
 	}
 }

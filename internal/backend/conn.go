@@ -10,10 +10,10 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/sockpeek"
 )
 
 // errDesync means the server answered an opaque that no request is waiting for: the stream
@@ -211,20 +211,7 @@ func (c *conn) unread() bool {
 	c.mu.Lock()
 	nc := c.nc
 	c.mu.Unlock()
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	n := 0
-	_ = rc.Control(func(fd uintptr) {
-		var b [1]byte
-		n, _, _ = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	})
-	return n > 0
+	return nc != nil && sockpeek.Waiting(nc)
 }
 
 // waitReady waits for a dial in progress to end, up to timeout; ErrDown when no dial is in

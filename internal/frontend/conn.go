@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/sockpeek"
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
@@ -62,6 +63,7 @@ type conn struct {
 	idle    [512]byte
 	pending []byte
 	br      *bufio.Reader // nil while idle
+	filled  bool          // the last read from the socket filled its buffer: more may wait there (see more)
 	binary  bool          // decided by the first byte the client ever sends, as memcached does
 	sniffed bool
 	text    *protocol.TextReader
@@ -109,7 +111,9 @@ func (c *conn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	c.endBurst()
-	return c.nc.Read(p)
+	n, err := c.nc.Read(p)
+	c.filled = n == len(p)
+	return n, err
 }
 
 // beginBurst holds answers back while the reader decodes input already received, so that
@@ -153,7 +157,7 @@ func (c *conn) serve() {
 			}
 			continue
 		}
-		c.pending = c.idle[:n]
+		c.pending, c.filled = c.idle[:n], n == len(c.idle)
 		c.acquire()
 		err = c.readBusy()
 		c.release()
@@ -339,9 +343,18 @@ func (c *conn) startRun() {
 	c.start(t)
 }
 
-// more reports whether input already received waits to be decoded.
+// more reports whether input already received waits to be decoded: in moxi's buffers, or
+// in the socket when the last read filled its buffer (a pipeline larger than the idle
+// read, say), which is asked once per read. Requests read in one go are sent on together.
 func (c *conn) more() bool {
-	return c.buffered() > 0 || len(c.pending) > 0
+	if c.buffered() > 0 || len(c.pending) > 0 {
+		return true
+	}
+	if c.filled {
+		c.filled = false
+		return sockpeek.Waiting(c.nc)
+	}
+	return false
 }
 
 // buffered is the input already received beyond the requests decoded so far.

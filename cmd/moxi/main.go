@@ -258,6 +258,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	}
 	stopWatching()
 	<-watched
+	rl.Stop() // a config waiting for its apply_at is never applied now
 
 	ctx, cancel := context.WithTimeout(context.Background(), rl.Config().ShutdownTimeout)
 	defer cancel()

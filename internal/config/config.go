@@ -31,6 +31,9 @@ type Config struct {
 	ShutdownTimeout time.Duration // bound on draining in-flight requests at exit
 	Limits          Limits
 	WatchConfig     bool // reload when the file changes
+	// ApplyAt, when set, is when a reload of this file puts it in service (every proxy of a
+	// tier at once) instead of at the reload; zero: at once.
+	ApplyAt time.Time
 
 	Pools       []*Pool // in file order, each with Name set; never empty after Parse
 	DefaultPool string  // pool for keys no route matches; set even when the file omits it

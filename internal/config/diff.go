@@ -50,6 +50,7 @@ func DiffSince(started, prev, next *Config) []string {
 	restart("limits.max_value_bytes", started.Limits.MaxValueBytes, next.Limits.MaxValueBytes)
 	restart("limits.max_multiget_keys", started.Limits.MaxMultigetKeys, next.Limits.MaxMultigetKeys)
 	live("watch_config", prev.WatchConfig, next.WatchConfig)
+	live("apply_at", timeOrEmpty(prev.ApplyAt), timeOrEmpty(next.ApplyAt))
 	d.pools(prev, next)
 	live("default_pool", prev.DefaultPool, next.DefaultPool)
 	d.routes(prev.Routes, next.Routes)

@@ -23,6 +23,9 @@ func (c *Config) YAML() ([]byte, error) {
 	put(limits, "max_multiget_keys", intNode(c.Limits.MaxMultigetKeys))
 	put(root, "limits", limits)
 	put(root, "watch_config", boolNode(c.WatchConfig))
+	if !c.ApplyAt.IsZero() {
+		put(root, "apply_at", strNode(c.ApplyAt.Format(time.RFC3339Nano)))
+	}
 
 	pools := mapNode()
 	for _, p := range c.Pools {

@@ -242,6 +242,21 @@ func (d *decoder) duration(dst *time.Duration, positive bool) field {
 	}
 }
 
+// instant reads an RFC 3339 time ("2026-12-01T10:00:00Z"); "" leaves dst zero.
+func (d *decoder) instant(dst *time.Time) field {
+	return func(v *yaml.Node, path string) {
+		if !d.scalar(v, path) || v.Value == "" {
+			return
+		}
+		t, err := time.Parse(time.RFC3339, v.Value)
+		if err != nil {
+			d.fail(v, path, "want an RFC 3339 time such as 2026-12-01T10:00:00Z: %v", err)
+			return
+		}
+		*dst = t
+	}
+}
+
 // oneOf reads a string that must be one of names.
 func (d *decoder) oneOf(dst *string, what string, names []string) field {
 	return func(v *yaml.Node, path string) {

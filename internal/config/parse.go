@@ -119,6 +119,7 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 			})
 		},
 		"watch_config": d.boolean(&c.WatchConfig),
+		"apply_at":     d.instant(&c.ApplyAt),
 		"pools":        func(v *yaml.Node, path string) { c.Pools = d.pools(v, path, l) },
 		"default_pool": d.str(&c.DefaultPool),
 		"routes":       d.routes(&c.Routes, l),

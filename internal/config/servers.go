@@ -5,7 +5,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -100,13 +99,13 @@ func (d *decoder) server(e *yaml.Node, path string) (Server, bool) {
 		return s, false
 	}
 	n := len(d.errs) + d.dropped
-	var addr, from, at string
+	var addr, from string
 	seen := d.mapping(e, path, map[string]field{
 		"name":         d.str(&s.Name),
 		"addr":         d.str(&addr),
 		"weight":       d.integer(&s.Weight, 1, maxWeight),
 		"migrate_from": d.str(&from),
-		"migrate_at":   d.str(&at),
+		"migrate_at":   d.instant(&s.MigrateAt),
 	})
 	if v := seen["addr"]; v == nil || isNull(v) {
 		d.fail(e, join(path, "addr"), "required")
@@ -126,16 +125,8 @@ func (d *decoder) server(e *yaml.Node, path string) (Server, bool) {
 			d.fail(v, at, "same as addr; a server cannot migrate from itself")
 		}
 	}
-	if v := seen["migrate_at"]; v != nil && !isNull(v) && v.Kind == yaml.ScalarNode {
-		t, err := time.Parse(time.RFC3339, at)
-		switch {
-		case err != nil:
-			d.fail(v, join(path, "migrate_at"), "want an RFC 3339 time such as 2026-12-01T10:00:00Z: %v", err)
-		case s.MigrateFrom == "":
-			d.fail(v, join(path, "migrate_at"), "needs migrate_from")
-		default:
-			s.MigrateAt = t
-		}
+	if v := seen["migrate_at"]; v != nil && !s.MigrateAt.IsZero() && s.MigrateFrom == "" {
+		d.fail(v, join(path, "migrate_at"), "needs migrate_from")
 	}
 	return s, len(d.errs)+d.dropped == n
 }

@@ -80,11 +80,20 @@ type Reloader struct {
 	reloads *prometheus.CounterVec
 	current atomic.Pointer[config.Config]
 
-	mu      sync.Mutex // one reload at a time; guards applied and tried
-	applied Sum        // the bytes in service
-	tried   Sum        // the bytes the watcher last tried, applied or not
+	mu        sync.Mutex // one reload at a time; guards applied, tried and scheduled
+	applied   Sum        // the bytes in service
+	tried     Sum        // the bytes the watcher last tried, applied or not
+	scheduled *scheduled // a config built and waiting for its apply_at, or nil
 
 	looks atomic.Int64 // times Watch has read the file: lets tests wait for it to look
+}
+
+// scheduled is a config whose apply_at has not come: its topology is built (new servers
+// connect meanwhile) and goes in service when timer fires.
+type scheduled struct {
+	next    Loaded
+	pending *topology.Pending
+	timer   *time.Timer
 }
 
 // New returns a Reloader for a moxi running initial, which must be in service already.
@@ -146,6 +155,25 @@ func (r *Reloader) apply() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	r.unschedule() // a newer file replaces a config still waiting
+	changes := config.DiffSince(r.startup, prev, next.Config)
+	summary := "no changes\n"
+	if len(changes) > 0 {
+		summary = strings.Join(changes, "\n") + "\n"
+	}
+	if at := next.Config.ApplyAt; time.Now().Before(at) {
+		s := &scheduled{next: next, pending: pending}
+		s.timer = time.AfterFunc(time.Until(at), func() { r.applyScheduled(s) })
+		r.scheduled = s
+		return "scheduled for apply_at " + at.UTC().Format(time.RFC3339Nano) + "\n" + summary, nil
+	}
+	r.install(next, pending)
+	return summary, nil
+}
+
+// install puts a built config in service; the caller holds mu.
+func (r *Reloader) install(next Loaded, pending *topology.Pending) {
+	prev := r.current.Load()
 	r.opts.Swap(pending.Topology)
 	grace := time.Duration(0)
 	if r.opts.Grace != nil {
@@ -154,11 +182,36 @@ func (r *Reloader) apply() (string, error) {
 	pending.Commit(grace)
 	r.current.Store(next.Config)
 	r.applied = next.Sum
-	changes := config.DiffSince(r.startup, prev, next.Config)
-	if len(changes) == 0 {
-		return "no changes\n", nil
+}
+
+// applyScheduled puts s in service at its apply_at, unless a newer reload replaced it.
+func (r *Reloader) applyScheduled(s *scheduled) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.scheduled != s {
+		s.pending.Abort() // replaced, or dropped by Stop, after the timer fired
+		return
 	}
-	return strings.Join(changes, "\n") + "\n", nil
+	r.scheduled = nil
+	r.install(s.next, s.pending)
+	r.opts.Logger.Info("config applied at its apply_at", "apply_at", s.next.Config.ApplyAt)
+}
+
+// unschedule drops the config waiting for its apply_at, if any; the caller holds mu.
+func (r *Reloader) unschedule() {
+	if s := r.scheduled; s != nil {
+		r.scheduled = nil
+		if s.timer.Stop() {
+			s.pending.Abort()
+		}
+	}
+}
+
+// Stop drops a config waiting for its apply_at: at shutdown it is never applied.
+func (r *Reloader) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unschedule()
 }
 
 // Watch reloads when the config file's content differs from what is in service, while

@@ -103,7 +103,7 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 			Retries:      pc.Retries,
 		}, b.members(pd, cfg, pc))
 		if err != nil {
-			pd.Abort()
+			pd.abortLocked()
 			return nil, err
 		}
 		byName[pc.Name] = p
@@ -126,7 +126,7 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	}
 	t.Default = byName[def]
 	if t.Default == nil {
-		pd.Abort()
+		pd.abortLocked()
 		return nil, fmt.Errorf("default pool %q does not exist", def)
 	}
 	t.Dedup = cfg.Dedup
@@ -286,8 +286,21 @@ func (pd *Pending) serves(pool, name string) bool {
 
 // Abort closes the servers pd created; the running topology is untouched.
 func (pd *Pending) Abort() {
+	pd.b.mu.Lock()
+	defer pd.b.mu.Unlock()
+	pd.abortLocked()
+}
+
+// abortLocked is Abort with the Builder's mu held.
+func (pd *Pending) abortLocked() {
 	closeAll(pd.created)
 	pd.created = nil
+	for k, m := range pd.migrations {
+		if _, running := pd.b.migrations[k]; !running {
+			_ = m.Close() // never started: closes its connections to OLD
+		}
+	}
+	pd.migrations = nil
 }
 
 // Close closes every server, waiting for retired ones, or until ctx ends.

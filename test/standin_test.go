@@ -224,8 +224,8 @@ type staleCheck struct {
 	around    time.Time
 	nearStale atomic.Int64
 	mu        sync.Mutex
-	errs                map[string]int
-	seen                []string
+	errs      map[string]int
+	seen      []string
 }
 
 func newStaleCheck(keys []string) *staleCheck {

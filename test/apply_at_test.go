@@ -2,8 +2,6 @@ package test
 
 import (
 	"fmt"
-	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -30,30 +28,13 @@ func TestApplyAtTier(t *testing.T) {
 		}
 		return b.String()
 	}
-	type proxy struct {
-		path, admin string
-		moxi        *process
-	}
-	var proxies [2]proxy
-	for i := range proxies {
-		p := &proxies[i]
-		p.path, p.admin = writeConfig(t, conf(2, "")), freeAddr(t)
-		p.moxi = startMoxi(t, "--config", p.path, "--admin", p.admin)
-	}
+	proxies := startTier(t, conf(2, ""))
 	var keys []string
 	for i := range 120 {
 		keys = append(keys, fmt.Sprintf("add:%d", i))
 	}
 	at := time.Now().Add(6 * time.Second)
 	after := conf(3, at.UTC().Format(time.RFC3339Nano))
-	reload := func(p *proxy) {
-		if err := os.WriteFile(p.path, []byte(after), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if code, body := postReload(t, p.admin); code != http.StatusOK || !strings.Contains(body, "scheduled") {
-			t.Fatalf("reload: %d %s", code, body)
-		}
-	}
 
 	chk := newStaleCheck(keys)
 	chk.around = at
@@ -67,9 +48,9 @@ func TestApplyAtTier(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); chk.read(t, proxies[min(r, 1)].moxi.addr, stop) }()
 	}
-	reload(&proxies[0])
+	proxies[0].reload(t, after, "scheduled")
 	<-time.After(2 * time.Second) // the tier's reloads are 2 s apart
-	reload(&proxies[1])
+	proxies[1].reload(t, after, "scheduled")
 	// Until 2 s after apply_at, then a last look that the new server is in service.
 	<-time.After(time.Until(at.Add(2 * time.Second)))
 	close(stop)

@@ -200,7 +200,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	})
 	front.Handler = px
 	rl := reload.New(reload.Options{
-		Path: o.configPath, Override: o.override, Builder: builder, Swap: px.Swap,
+		Path: o.configPath, Override: o.override, Builder: builder, Swap: px.Swap, Initial: pending.Topology,
 		Logger: logger, Registry: reg, Grace: grace,
 	}, loaded)
 	reg.MustRegister(admin.NewServerCollector(px), admin.NewMigrationCollector(builder))

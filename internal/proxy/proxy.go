@@ -98,14 +98,14 @@ func (p *Proxy) Close(ctx context.Context) error {
 func (p *Proxy) Swap(t *topology.Topology) { p.topo.Store(t) }
 
 // Topology is the topology new requests use.
-func (p *Proxy) Topology() *topology.Topology { return p.topo.Load() }
+func (p *Proxy) Topology() *topology.Topology { return p.topo.Load().InService(time.Now()) }
 
 // Handle answers req, appending its responses to resps (one per key for a retrieval, else
 // one) and returning the extended slice. quit and noop never reach it: they are the
 // connection's business.
 func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []protocol.Response) []protocol.Response {
 	start := time.Now()
-	t := p.topo.Load()
+	t := p.topo.Load().InService(start)
 	base := len(resps)
 	switch {
 	case req.Op.IsRetrieval():

@@ -62,7 +62,7 @@ func (p *Proxy) enqueue(ctx context.Context, req *protocol.Request) protocol.Res
 // answered by Handle, one request after the other, in order.
 func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
 	start := time.Now()
-	t := p.topo.Load()
+	t := p.Topology().InService(start)
 	b := getWriteBatch()
 	defer putWriteBatch(b)
 	if !b.group(t, reqs) {
@@ -236,7 +236,7 @@ func (p *Proxy) settle(t *topology.Topology, key []byte) {
 // writeQueued sends a fire-and-forget write on, through the topology running now, and
 // settles the key again once it has landed.
 func (p *Proxy) writeQueued(ctx context.Context, req *protocol.Request) error {
-	t := p.topo.Load()
+	t := p.Topology()
 	pl := t.PoolFor(req.Key)
 	var resp [1]protocol.Response
 	p.do(ctx, pl, req.Key, req, resp[:])

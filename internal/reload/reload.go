@@ -66,6 +66,7 @@ type Options struct {
 	Override func(*config.Config) error         // applied after every load (command-line flags); may be nil
 	Builder  *topology.Builder                  // builds the new topology beside the running one
 	Swap     func(t *topology.Topology)         // puts a built topology in service (the proxy's Swap)
+	Initial  *topology.Topology                 // the topology in service when New is called
 	Logger   *slog.Logger                       // nil = slog.Default()
 	Registry prometheus.Registerer              // moxi_config_reloads_total goes here; nil = not exported
 	Grace    func(*config.Config) time.Duration // how long a request may take under a config
@@ -83,13 +84,16 @@ type Reloader struct {
 	mu        sync.Mutex // one reload at a time; guards applied, tried and scheduled
 	applied   Sum        // the bytes in service
 	tried     Sum        // the bytes the watcher last tried, applied or not
-	scheduled *scheduled // a config built and waiting for its apply_at, or nil
+	scheduled *scheduled         // a config built and waiting for its apply_at, or nil
+	installed *topology.Topology // the topology last put in service, without its schedule
 
 	looks atomic.Int64 // times Watch has read the file: lets tests wait for it to look
 }
 
 // scheduled is a config whose apply_at has not come: its topology is built (new servers
-// connect meanwhile) and goes in service when timer fires.
+// connect meanwhile) and handed to the proxy as the next table from apply_at on
+// (topology.Topology.Next), so that requests switch at that instant exactly; timer then
+// commits it.
 type scheduled struct {
 	next    Loaded
 	pending *topology.Pending
@@ -105,7 +109,7 @@ func New(opts Options, initial Loaded) *Reloader {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	r := &Reloader{opts: opts, startup: initial.Config, applied: initial.Sum, tried: initial.Sum}
+	r := &Reloader{opts: opts, startup: initial.Config, applied: initial.Sum, tried: initial.Sum, installed: opts.Initial}
 	r.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moxi_config_reloads_total",
 		Help: "Config reloads, by result: ok or error.",
@@ -150,19 +154,20 @@ func (r *Reloader) apply() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	r.unschedule() // a newer file replaces a config still waiting, or follows one in service
 	prev := r.current.Load()
 	pending, err := r.opts.Builder.Build(next.Config)
 	if err != nil {
 		return "", err
 	}
-	r.unschedule() // a newer file replaces a config still waiting
 	changes := config.DiffSince(r.startup, prev, next.Config)
 	summary := "no changes\n"
 	if len(changes) > 0 {
 		summary = strings.Join(changes, "\n") + "\n"
 	}
-	if at := next.Config.ApplyAt; time.Now().Before(at) {
+	if at := next.Config.ApplyAt; time.Now().Before(at) && r.installed != nil {
 		s := &scheduled{next: next, pending: pending}
+		r.opts.Swap(r.installed.Until(at, pending.Topology))
 		s.timer = time.AfterFunc(time.Until(at), func() { r.applyScheduled(s) })
 		r.scheduled = s
 		return "scheduled for apply_at " + at.UTC().Format(time.RFC3339Nano) + "\n" + summary, nil
@@ -175,6 +180,7 @@ func (r *Reloader) apply() (string, error) {
 func (r *Reloader) install(next Loaded, pending *topology.Pending) {
 	prev := r.current.Load()
 	r.opts.Swap(pending.Topology)
+	r.installed = pending.Topology
 	grace := time.Duration(0)
 	if r.opts.Grace != nil {
 		grace = max(r.opts.Grace(prev), r.opts.Grace(next.Config))
@@ -189,25 +195,33 @@ func (r *Reloader) applyScheduled(s *scheduled) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.scheduled != s {
-		s.pending.Abort() // replaced, or dropped by Stop, after the timer fired
-		return
+		return // installed or dropped by unschedule
 	}
 	r.scheduled = nil
 	r.install(s.next, s.pending)
 	r.opts.Logger.Info("config applied at its apply_at", "apply_at", s.next.Config.ApplyAt)
 }
 
-// unschedule drops the config waiting for its apply_at, if any; the caller holds mu.
+// unschedule settles the config waiting for its apply_at, if any; the caller holds mu.
+// Before apply_at it is dropped, and the proxy's table loses its schedule; from apply_at
+// on requests use it already, so it is installed.
 func (r *Reloader) unschedule() {
-	if s := r.scheduled; s != nil {
-		r.scheduled = nil
-		if s.timer.Stop() {
-			s.pending.Abort()
-		}
+	s := r.scheduled
+	if s == nil {
+		return
 	}
+	r.scheduled = nil
+	s.timer.Stop() // applyScheduled, if the timer fired, finds s settled
+	if time.Now().Before(s.next.Config.ApplyAt) {
+		r.opts.Swap(r.installed)
+		s.pending.Abort()
+		return
+	}
+	r.install(s.next, s.pending)
 }
 
-// Stop drops a config waiting for its apply_at: at shutdown it is never applied.
+// Stop settles a config waiting for its apply_at (see unschedule): at shutdown nothing
+// is left scheduled.
 func (r *Reloader) Stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

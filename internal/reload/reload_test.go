@@ -53,7 +53,7 @@ func newHarness(t *testing.T, initial string) *harness {
 	pd.Commit(0)
 	h.r = New(Options{
 		Path: h.path, Builder: h.b, Registry: h.reg, Interval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-		Swap:  func(*topology.Topology) { h.mu.Lock(); h.swaps++; h.mu.Unlock() },
+		Swap: func(*topology.Topology) { h.mu.Lock(); h.swaps++; h.mu.Unlock() }, Initial: pd.Topology,
 		Grace: func(*config.Config) time.Duration { return 5 * time.Millisecond },
 	}, loaded)
 	t.Cleanup(func() {

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"bytes"
+	"time"
 
 	"github.com/moxi-proxy/moxi/internal/hotcache"
 	"github.com/moxi-proxy/moxi/internal/pool"
@@ -27,6 +28,28 @@ type Topology struct {
 	Dedup         bool            // coalesce identical concurrent get/gets
 	Hot           *hotcache.Cache // nil: no hot cache
 	FireAndForget [][]byte        // prefixes whose writes are answered at once and sent in the background
+
+	// Next, when set, replaces this table from NextAt on (a config's apply_at): every
+	// request that starts then uses it, however late the timer that installs it fires.
+	Next   *Topology
+	NextAt time.Time
+}
+
+// InService is the table a request starting at now uses: t, or from NextAt on, Next.
+func (t *Topology) InService(now time.Time) *Topology {
+	if t.Next != nil && !now.Before(t.NextAt) {
+		return t.Next
+	}
+	return t
+}
+
+// Until returns a copy of t that hands over to next at at (see Next). The copy shares no
+// fetches between reads (dedup): a fetch it started just before at, from a server that
+// next no longer reads the key from, must not answer a read made after at.
+func (t *Topology) Until(at time.Time, next *Topology) *Topology {
+	c := *t
+	c.Next, c.NextAt, c.Dedup = next, at, false
+	return &c
 }
 
 // InBackground reports whether writes of key are fire-and-forget: answered at once and

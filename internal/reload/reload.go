@@ -81,9 +81,9 @@ type Reloader struct {
 	reloads *prometheus.CounterVec
 	current atomic.Pointer[config.Config]
 
-	mu        sync.Mutex // one reload at a time; guards applied, tried and scheduled
-	applied   Sum        // the bytes in service
-	tried     Sum        // the bytes the watcher last tried, applied or not
+	mu        sync.Mutex         // one reload at a time; guards applied, tried and scheduled
+	applied   Sum                // the bytes in service
+	tried     Sum                // the bytes the watcher last tried, applied or not
 	scheduled *scheduled         // a config built and waiting for its apply_at, or nil
 	installed *topology.Topology // the topology last put in service, without its schedule
 

@@ -22,13 +22,15 @@ import (
 	"github.com/moxi-proxy/moxi/internal/admin"
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/frontend"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/reload"
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "0.1.0-dev"
+// version is set at build time with -ldflags "-X main.version=…". Its major number is at
+// least 1: libmemcached takes a major version of 0 for a failure to parse "version".
+var version = "1.0.0-dev"
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -190,8 +192,10 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		Logger:         logger,
 	}
 	front.RegisterMetrics(reg)
+	var rl *reload.Reloader // set below, before the first client connects
 	px := proxy.New(pending.Topology, proxy.Options{
 		Version:        version,
+		Settings:       func() []protocol.Stat { return settingStats(rl.Config()) },
 		Registry:       reg,
 		Connections:    front.Connections,
 		MaxConnections: cfg.Limits.MaxConnections,
@@ -199,7 +203,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		Logger:         logger,
 	})
 	front.Handler = px
-	rl := reload.New(reload.Options{
+	rl = reload.New(reload.Options{
 		Path: o.configPath, Override: o.override, Builder: builder, Swap: px.Swap, Initial: pending.Topology,
 		Logger: logger, Registry: reg, Grace: grace,
 	}, loaded)
@@ -285,4 +289,17 @@ func grace(cfg *config.Config) time.Duration {
 		g = max(g, pc.Timeout*time.Duration(pc.Retries+1)+pc.ConnectTimeout)
 	}
 	return g + time.Second
+}
+
+// settingStats is the running config cfg as "stats settings" lines.
+func settingStats(cfg *config.Config) []protocol.Stat {
+	settings, err := cfg.Settings()
+	if err != nil {
+		return nil
+	}
+	out := make([]protocol.Stat, len(settings))
+	for i, s := range settings {
+		out[i] = protocol.Stat{Name: s.Name, Value: s.Value}
+	}
+	return out
 }

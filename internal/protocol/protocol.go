@@ -211,7 +211,7 @@ func StatusFromBinary(code uint16) Status {
 type Response struct {
 	Status Status
 	Key    []byte // retrievals: the key this answer is for
-	Value  []byte // retrieval hits: the data; version: the version string
+	Value  []byte // retrieval hits: the data; version: the version string; stats: a one-line answer (OK, RESET) given instead of STAT lines
 	Flags  uint32
 	Cas    uint64
 	Number uint64 // incr/decr: the new value

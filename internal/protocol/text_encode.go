@@ -41,6 +41,10 @@ func AppendTextResponse(dst []byte, req *Request, resps []Response) []byte {
 		dst = append(dst, resp.Value...)
 		return append(dst, textCRLF...)
 	case OpStats:
+		if resp.Stats == nil && resp.Value != nil { // "stats reset", "stats detail on"
+			dst = append(dst, resp.Value...)
+			return append(dst, textCRLF...)
+		}
 		for _, s := range resp.Stats {
 			dst = append(dst, "STAT "...)
 			dst = append(dst, s.Name...)

@@ -31,6 +31,18 @@ var textMalformedCases = []struct {
 	differs string
 }{
 	{name: "unknown command", in: "bogus\r\n", want: "ERROR\r\n"},
+	{name: "server admin slabs", in: "slabs automove 1\r\n", want: "CLIENT_ERROR moxi is a proxy: send slabs to each memcached server directly\r\n",
+		differs: "a proxy does not run memcached's admin commands; it says so in memcached's answer form"},
+	{name: "server admin lru", in: "lru mode flat\r\n", want: "CLIENT_ERROR moxi is a proxy: send lru to each memcached server directly\r\n",
+		differs: "a proxy does not run memcached's admin commands; it says so in memcached's answer form"},
+	{name: "server admin lru_crawler", in: "lru_crawler metadump all\r\n", want: "CLIENT_ERROR moxi is a proxy: send lru_crawler to each memcached server directly\r\n",
+		differs: "a proxy does not run memcached's admin commands; it says so in memcached's answer form"},
+	{name: "server admin cache_memlimit", in: "cache_memlimit 100\r\n", want: "CLIENT_ERROR moxi is a proxy: send cache_memlimit to each memcached server directly\r\n",
+		differs: "a proxy does not run memcached's admin commands; it says so in memcached's answer form"},
+	{name: "server admin watch", in: "watch\r\n", want: "CLIENT_ERROR moxi is a proxy: send watch to each memcached server directly\r\n",
+		differs: "a proxy does not run memcached's admin commands; it says so in memcached's answer form"},
+	{name: "server admin shutdown", in: "shutdown\r\n", want: "CLIENT_ERROR moxi is a proxy: send shutdown to each memcached server directly\r\n",
+		differs: "a proxy does not run memcached's admin commands; it says so in memcached's answer form"},
 	{name: "empty line", in: "\r\n", want: "ERROR\r\n"},
 	{name: "only spaces", in: "   \r\n", want: "ERROR\r\n"},
 	{name: "upper case command", in: "GET n\r\n", want: "ERROR\r\n"},

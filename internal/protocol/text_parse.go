@@ -29,6 +29,12 @@ func textErrClient(msg string) *RequestError {
 	return &RequestError{Status: StatusInvalid, Msg: msg}
 }
 
+// textMsgServerAdmin is the answer to a memcached admin command that a proxy cannot carry
+// out for the servers behind it.
+func textMsgServerAdmin(cmd []byte) string {
+	return "moxi is a proxy: send " + string(cmd) + " to each memcached server directly"
+}
+
 func textErrUnknown() *RequestError {
 	return &RequestError{Status: StatusUnknownCommand}
 }
@@ -99,6 +105,10 @@ func (d *TextReader) parse(line []byte, req *Request) error {
 	case "quit":
 		req.Op = OpQuit
 		return nil
+	case "slabs", "lru", "lru_crawler", "cache_memlimit", "watch", "shutdown":
+		// memcached's server-admin commands: answered in memcached's form (clients wait
+		// for a one-line answer, not for ERROR), saying that a proxy does not run them.
+		return textErrClient(textMsgServerAdmin(toks[0]))
 	case "stats":
 		req.Op = OpStats
 		// Everything after the command, as typed, so "stats detail dump" keeps its shape.

@@ -31,6 +31,8 @@ type Options struct {
 	Connections func() (current, total uint64)
 	// MaxConnections is reported as max_connections in "stats".
 	MaxConnections int
+	// Settings lists the running config for "stats settings"; nil answers no lines.
+	Settings func() []protocol.Stat
 	// MaxPending bounds the fire-and-forget writes queued at once; 0 = the config's default.
 	MaxPending int
 	Logger     *slog.Logger // nil = slog.Default()
@@ -41,6 +43,7 @@ type Options struct {
 type Proxy struct {
 	topo    atomic.Pointer[topology.Topology]
 	opts    Options
+	version string // answered to "version" (versionAnswer)
 	started time.Time
 	stats   counters
 	metrics *metrics
@@ -68,7 +71,7 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Proxy{opts: opts, started: time.Now(), mirrors: make(chan struct{}, maxMirrors)}
+	p := &Proxy{opts: opts, version: versionAnswer(opts.Version), started: time.Now(), mirrors: make(chan struct{}, maxMirrors)}
 	p.queue = fireforget.New(fireAndForgetWorkers, opts.MaxPending, p.writeQueued, opts.Logger)
 	p.metrics = newMetrics(reg, func() float64 { return float64(p.queue.Pending()) })
 	p.topo.Store(topo)
@@ -117,9 +120,7 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 		}
 		p.flights.ForgetAll()
 	case req.Op == protocol.OpVersion:
-		// "moxi X", as mcrouter answers "mcrouter X": clients that parse the version see a
-		// name, not an old memcached, and take the memcached 1.6 path.
-		resps = append(resps, protocol.Response{Value: []byte("moxi " + p.opts.Version)})
+		resps = append(resps, protocol.Response{Value: []byte(p.version)})
 	case req.Op == protocol.OpVerbosity:
 		resps = append(resps, protocol.Response{}) // moxi logs by --log-level; accepted like memcached
 	case req.Op == protocol.OpStats:

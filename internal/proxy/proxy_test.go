@@ -211,10 +211,17 @@ func TestFlushAll(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	topo, _, _ := twoPools(t)
-	p := proxy.New(topo, proxy.Options{Version: "1.2.3"})
-	r := handle(p, &protocol.Request{Op: protocol.OpVersion})
-	if len(r) != 1 || r[0].Status != protocol.StatusOK || string(r[0].Value) != "moxi 1.2.3" {
-		t.Fatalf("version: %+v", r)
+	for _, tc := range []struct{ build, answer string }{
+		{"1.2.3", "1.2.3 moxi"},
+		{"0.2.0-dev", "0.2.0 moxi/0.2.0-dev"},
+		{"9.9", "9.9.0 moxi/9.9"},
+		{"dev", "0.0.0 moxi/dev"},
+	} {
+		p := proxy.New(topo, proxy.Options{Version: tc.build})
+		r := handle(p, &protocol.Request{Op: protocol.OpVersion})
+		if len(r) != 1 || r[0].Status != protocol.StatusOK || string(r[0].Value) != tc.answer {
+			t.Errorf("build %q: version answered %+v, want %q", tc.build, r, tc.answer)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -26,6 +27,19 @@ type counters struct {
 
 	backupReads, backupHits               atomic.Uint64 // keys asked of a backup pool, and found
 	mirrors, mirrorErrors, mirrorsDropped atomic.Uint64 // writes copied to a backup pool
+}
+
+// reset zeroes the counters, for "stats reset" (the Prometheus counters are not touched:
+// they only ever grow).
+func (c *counters) reset() {
+	for _, v := range []*atomic.Uint64{
+		&c.cmdGet, &c.getHits, &c.getMisses, &c.cmdSet, &c.cmdFlush, &c.cmdTouch,
+		&c.deleteHits, &c.deleteMisses, &c.incrHits, &c.incrMisses, &c.decrHits, &c.decrMisses,
+		&c.casHits, &c.casMisses, &c.casBadval, &c.touchHits, &c.touchMisses, &c.backendErrors,
+		&c.backupReads, &c.backupHits, &c.mirrors, &c.mirrorErrors, &c.mirrorsDropped,
+	} {
+		v.Store(0)
+	}
 }
 
 // count records one answered request.
@@ -83,17 +97,70 @@ func (c *counters) count(req *protocol.Request, resps []protocol.Response) {
 	}
 }
 
-// statsResponse answers "stats" (the proxy's own counters) and "stats proxy" (each server's
-// own stats, prefixed "pool:server:"). Other groups are unknown to a proxy.
+// statsResponse answers every stats group memcached knows, so that a client waiting for
+// END never hangs on a proxy:
+//   - "" is the proxy's own counters, in memcached's names;
+//   - "proxy" is each server's stats, prefixed "pool:server:";
+//   - "settings" is the running config (Options.Settings);
+//   - "items", "slabs", "sizes", "conns" and "cachedump" are empty: they describe one
+//     memcached's memory, which a proxy in front of many has none of (ask the servers);
+//   - "detail on|off|dump" and "reset" answer as memcached does.
+//
+// Any other group is unknown (ERROR), as on memcached.
 func (p *Proxy) statsResponse(ctx context.Context, t *topology.Topology, req *protocol.Request) protocol.Response {
-	switch string(req.Args) {
+	group, rest, _ := strings.Cut(string(req.Args), " ")
+	switch group {
 	case "":
 		return protocol.Response{Stats: p.generalStats()}
 	case "proxy":
 		return protocol.Response{Stats: p.serverStats(t)}
+	case "settings":
+		var st []protocol.Stat
+		if p.opts.Settings != nil {
+			st = p.opts.Settings()
+		}
+		return protocol.Response{Stats: nonNil(st)}
+	case "items", "slabs", "sizes", "conns":
+		return protocol.Response{Stats: []protocol.Stat{}}
+	case "cachedump":
+		// memcached's checks, then its answer for a slab class holding nothing.
+		f := strings.Fields(rest)
+		if len(f) < 2 {
+			return protocol.Response{Status: protocol.StatusInvalid, Msg: "bad command line"}
+		}
+		id, err1 := strconv.ParseUint(f[0], 10, 32)
+		_, err2 := strconv.ParseUint(f[1], 10, 32)
+		switch {
+		case err1 != nil || err2 != nil:
+			return protocol.Response{Status: protocol.StatusInvalid, Msg: "bad command line format"}
+		case id >= maxSlabClasses:
+			return protocol.Response{Status: protocol.StatusInvalid, Msg: "Illegal slab id"}
+		}
+		return protocol.Response{Stats: []protocol.Stat{}}
+	case "detail":
+		switch strings.TrimSpace(rest) {
+		case "on", "off":
+			return protocol.Response{Value: []byte("OK")}
+		case "dump":
+			return protocol.Response{Stats: []protocol.Stat{}}
+		}
+		return protocol.Response{Status: protocol.StatusInvalid, Msg: "usage: stats detail on|off|dump"}
+	case "reset":
+		p.stats.reset()
+		return protocol.Response{Value: []byte("RESET")}
 	default:
 		return protocol.Response{Status: protocol.StatusUnknownCommand}
 	}
+}
+
+// maxSlabClasses is memcached's MAX_NUMBER_OF_SLAB_CLASSES, the bound of "stats cachedump".
+const maxSlabClasses = 64
+
+func nonNil(st []protocol.Stat) []protocol.Stat {
+	if st == nil {
+		return []protocol.Stat{}
+	}
+	return st
 }
 
 func (p *Proxy) generalStats() []protocol.Stat {
@@ -114,7 +181,7 @@ func (p *Proxy) generalStats() []protocol.Stat {
 		{Name: "pid", Value: strconv.Itoa(os.Getpid())},
 		{Name: "uptime", Value: strconv.FormatInt(int64(now.Sub(p.started)/time.Second), 10)},
 		{Name: "time", Value: strconv.FormatInt(now.Unix(), 10)},
-		{Name: "version", Value: p.opts.Version},
+		{Name: "version", Value: p.version},
 		{Name: "pointer_size", Value: strconv.Itoa(strconv.IntSize)},
 		{Name: "rusage_user", Value: tv(ru.Utime)},
 		{Name: "rusage_system", Value: tv(ru.Stime)},

@@ -50,7 +50,7 @@ func TestStats(t *testing.T) {
 	st := statsMap(t, p, "")
 	want := map[string]string{
 		"pid":               strconv.Itoa(os.Getpid()),
-		"version":           "9.9",
+		"version":           "9.9.0 moxi/9.9",
 		"max_connections":   "123",
 		"curr_connections":  "7",
 		"total_connections": "9",
@@ -107,14 +107,48 @@ func TestStatsProxy(t *testing.T) {
 	}
 }
 
-func TestStatsUnknownGroup(t *testing.T) {
+// TestStatsGroups: every group memcached knows gets memcached's answer form, so that no
+// client waits for an END that never comes.
+func TestStatsGroups(t *testing.T) {
+	topo, _, _ := twoPools(t)
+	p := proxy.New(topo, proxy.Options{Settings: func() []protocol.Stat {
+		return []protocol.Stat{{Name: "listen", Value: "127.0.0.1:11211"}}
+	}})
+	for _, tc := range []struct{ args, answer string }{
+		{"settings", "STAT listen 127.0.0.1:11211\r\nEND\r\n"},
+		{"items", "END\r\n"},
+		{"slabs", "END\r\n"},
+		{"sizes", "END\r\n"},
+		{"conns", "END\r\n"},
+		{"cachedump 1 10", "END\r\n"},
+		{"cachedump 1", "CLIENT_ERROR bad command line\r\n"},
+		{"cachedump x 10", "CLIENT_ERROR bad command line format\r\n"},
+		{"cachedump 64 10", "CLIENT_ERROR Illegal slab id\r\n"},
+		{"detail on", "OK\r\n"},
+		{"detail off", "OK\r\n"},
+		{"detail dump", "END\r\n"},
+		{"detail", "CLIENT_ERROR usage: stats detail on|off|dump\r\n"},
+		{"reset", "RESET\r\n"},
+		{"bogus", "ERROR\r\n"},
+	} {
+		req := &protocol.Request{Op: protocol.OpStats, Args: []byte(tc.args)}
+		r := p.Handle(context.Background(), req, nil)
+		if got := string(protocol.AppendTextResponse(nil, req, r)); got != tc.answer {
+			t.Errorf("stats %s: %q, want %q", tc.args, got, tc.answer)
+		}
+	}
+}
+
+func TestStatsReset(t *testing.T) {
 	topo, _, _ := twoPools(t)
 	p := proxy.New(topo, proxy.Options{})
-	for _, group := range []string{"slabs", "bogus", "proxy extra"} {
-		r := p.Handle(context.Background(), &protocol.Request{Op: protocol.OpStats, Args: []byte(group)}, nil)
-		if len(r) != 1 || r[0].Status != protocol.StatusUnknownCommand {
-			t.Errorf("stats %s: %+v, want ERROR", group, r)
-		}
+	get(p, "a")
+	if st := statsMap(t, p, ""); st["cmd_get"] != "1" || st["get_misses"] != "1" {
+		t.Fatalf("before reset: cmd_get %s get_misses %s", st["cmd_get"], st["get_misses"])
+	}
+	handle(p, &protocol.Request{Op: protocol.OpStats, Args: []byte("reset")})
+	if st := statsMap(t, p, ""); st["cmd_get"] != "0" || st["get_misses"] != "0" {
+		t.Errorf("after reset: cmd_get %s get_misses %s", st["cmd_get"], st["get_misses"])
 	}
 }
 

@@ -1,0 +1,77 @@
+package config
+
+import (
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Setting is one line of "stats settings": a name and its value.
+type Setting struct{ Name, Value string }
+
+// Settings lists the effective config for "stats settings": first the few settings memcached
+// also has, under memcached's names (so tools that read them find them), then every key of
+// YAML's rendering, named by its path ("pools.main.timeout", "routes.0.prefix"), lists
+// joined by commas and empty strings shown as NULL, as memcached shows an unset setting.
+func (c *Config) Settings() ([]Setting, error) {
+	out := []Setting{
+		{"maxconns", strconv.Itoa(c.Limits.MaxConnections)},
+		{"item_size_max", strconv.Itoa(c.Limits.MaxValueBytes)},
+		{"binding_protocol", "auto-negotiate"},
+	}
+	b, err := c.YAML()
+	if err != nil {
+		return nil, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, err
+	}
+	if len(doc.Content) == 1 {
+		out = flattenSettings(out, "", doc.Content[0])
+	}
+	return out, nil
+}
+
+func flattenSettings(out []Setting, path string, n *yaml.Node) []Setting {
+	name := func(key string) string {
+		if path == "" {
+			return key
+		}
+		return path + "." + key
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			out = flattenSettings(out, name(n.Content[i].Value), n.Content[i+1])
+		}
+	case yaml.SequenceNode:
+		scalars := make([]string, 0, len(n.Content))
+		for _, e := range n.Content {
+			if e.Kind != yaml.ScalarNode {
+				scalars = nil
+				break
+			}
+			scalars = append(scalars, e.Value)
+		}
+		if scalars != nil || len(n.Content) == 0 {
+			return append(out, Setting{path, settingValue(strings.Join(scalars, ","))})
+		}
+		for i, e := range n.Content {
+			out = flattenSettings(out, name(strconv.Itoa(i)), e)
+		}
+	default:
+		out = append(out, Setting{path, settingValue(n.Value)})
+	}
+	return out
+}
+
+// settingValue keeps a STAT line three fields long: memcached shows what is unset as NULL,
+// and a value never holds a space.
+func settingValue(v string) string {
+	if v == "" {
+		return "NULL"
+	}
+	return strings.ReplaceAll(v, " ", "_")
+}

@@ -1,0 +1,72 @@
+package test
+
+import (
+	"bufio"
+	"net"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestLibmemcachedTools runs libmemcached's everyday tools against moxi, embedded and in
+// front of three memcached: they parse "version" as major.minor.patch numbers, and an
+// answer starting with a name made them exit 1 ("strtol() failed to parse major version").
+func TestLibmemcachedTools(t *testing.T) {
+	memcstat := requireBinary(t, "memcstat")
+	memcping := requireBinary(t, "memcping")
+	servers := cluster(t, 3)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"embedded", nil},
+		{"three servers", []string{"--config", writeConfig(t, poolConfig("", addrs(servers)...))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			moxi := startMoxi(t, tc.args...)
+			servers := "--servers=" + moxi.addr
+			run := func(bin string, args ...string) string {
+				t.Helper()
+				out, err := exec.Command(bin, append(args, servers)...).CombinedOutput()
+				if err != nil {
+					t.Errorf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out)
+				}
+				return string(out)
+			}
+			for _, args := range [][]string{nil, {"--binary"}} {
+				out := run(memcstat, args...)
+				if !regexp.MustCompile(`(?m)^\s+version: [1-9]\d*\.\d+\.\d+`).MatchString(out) ||
+					!regexp.MustCompile(`(?m)^\s+curr_connections: \d+$`).MatchString(out) {
+					t.Errorf("memcstat %v: no version or curr_connections line:\n%s", args, out)
+				}
+			}
+			// libmemcached prints the version it parsed: 255.255.255 when it could not.
+			out := run(memcstat, "--server-version")
+			if !regexp.MustCompile(`^`+regexp.QuoteMeta(moxi.addr)+` \d+\.\d+\.\d+\n$`).MatchString(out) ||
+				strings.Contains(out, "255.255.255") {
+				t.Errorf("memcstat --server-version: %q", out)
+			}
+			run(memcping)
+		})
+	}
+}
+
+// TestStatsSettings: "stats settings" answers the running config, to END, as pymemcache's
+// stats("settings") and monitoring agents expect.
+func TestStatsSettings(t *testing.T) {
+	moxi := startMoxi(t)
+	c, err := net.Dial("tcp", moxi.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	lines := roundTrip(t, c, r, "stats settings\r\n", "END")
+	for _, want := range []string{"STAT listen " + moxi.addr, "STAT item_size_max 1048576", "STAT pools.main.embedded 2"} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("stats settings: no %q in\n%s", want, strings.Join(lines, "\n"))
+		}
+	}
+}

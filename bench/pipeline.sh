@@ -2,8 +2,8 @@
 # Latency of a pipeline of 100 requests on one connection: from the first byte written (all
 # 100 requests in one write) to the last answer read, against memcached direct, through
 # twemproxy (nutcracker) and through moxi (and moxi with GOMAXPROCS=1), all in front of the
-# same memcached. Cases: 100 text sets, 100 text single-key gets, 100 binary setq and a noop
-# (twemproxy has no binary protocol). Each round runs every case against every target in
+# same memcached. Cases: 100 text sets, 100 text single-key gets, 100 binary setq and a noop,
+# 100 meta sets (ms), 100 meta gets (mg) (twemproxy has neither binary nor meta protocol). Each round runs every case against every target in
 # turn, REPS timed repetitions each (bench/pipeline measures); prints the median µs over all
 # rounds and the ratios moxi/twemproxy (text) and moxi/direct.
 #
@@ -24,8 +24,10 @@ start_targets
 
 targets=(direct twemproxy moxi moxi-1thread)
 declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1)
-cases=(set get binary)
-declare -A title=([set]="text: $N set" [get]="text: $N get" [binary]="binary: $N setq + noop")
+cases=(set get binary ms mg)
+declare -A title=([set]="text: $N set" [get]="text: $N get" [binary]="binary: $N setq + noop" [ms]="meta: $N ms" [mg]="meta: $N mg")
+# text cases are compared with twemproxy; binary and meta, which it does not speak, with memcached
+textcase() { [ "$1" = set ] || [ "$1" = get ]; }
 
 # run CASE TARGET: one bench/pipeline run; its samples go to $work/CASE.TARGET.
 run() {
@@ -42,7 +44,7 @@ for r in $(seq "$ROUNDS"); do
 	echo "round $r"
 	for c in "${cases[@]}"; do
 		for t in "${targets[@]}"; do
-			[ "$c" = binary ] && [ "$t" = twemproxy ] && continue
+			! textcase "$c" && [ "$t" = twemproxy ] && continue
 			run "$c" "$t"
 		done
 	done
@@ -55,7 +57,7 @@ row case direct twemproxy moxi "moxi(1proc)" moxi/twemproxy moxi/direct
 goals=()
 for c in "${cases[@]}"; do
 	d=$(median "$c.direct" %.1f); m=$(median "$c.moxi" %.1f); m1=$(median "$c.moxi-1thread" %.1f); md=$(ratio "$m" "$d")
-	if [ "$c" = binary ]; then
+	if ! textcase "$c"; then
 		t=-; mt=-
 		goals+=("${title[$c]}: moxi/direct $md <= 2 $(verdict "$md" 2)")
 	else

@@ -8,6 +8,8 @@
 //	set     text: n "set k<i> 0 0 10" → n STORED
 //	get     text: n "get k<i>" (set first, untimed) → n VALUE … END
 //	binary  binary: n setq (quiet: no answer on success) and one noop → the noop's answer
+//	ms      meta: n "ms k<i> 10" → n HD
+//	mg      meta: n "mg k<i> v" (set first, untimed) → n VA 10 …
 //
 // Every answer is compared byte for byte with what memcached sends; a wrong or missing one
 // (each read has -timeout) ends the run with exit status 1.
@@ -29,7 +31,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "", "memcached (or proxy) `host:port`")
-	name := flag.String("case", "set", "set, get or binary")
+	name := flag.String("case", "set", "set, get, binary, ms or mg")
 	n := flag.Int("n", 100, "requests in one pipeline")
 	reps := flag.Int("reps", 200, "timed repetitions")
 	warmup := flag.Int("warmup", 20, "untimed repetitions first")
@@ -54,15 +56,19 @@ func run(addr, name string, n, reps, warmup int, timeout time.Duration, samples 
 		req, want = textGets(n)
 	case "binary":
 		req, want = binarySetqNoop(n)
+	case "ms":
+		req, want = metaSets(n)
+	case "mg":
+		req, want = metaGets(n)
 	default:
-		return fmt.Errorf("-case %q is not set, get or binary", name)
+		return fmt.Errorf("-case %q is not set, get, binary, ms or mg", name)
 	}
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", addr, err)
 	}
 	defer c.Close()
-	if name == "get" {
+	if name == "get" || name == "mg" {
 		// The keys must hold their values before the gets are timed.
 		sets, stored := textSets(n)
 		if _, err := roundTrip(c, sets, stored, timeout, false); err != nil {
@@ -129,6 +135,22 @@ func textGets(n int) (req, want []byte) {
 	for i := range n {
 		req = fmt.Appendf(req, "get %s\r\n", key(i))
 		want = fmt.Appendf(want, "VALUE %s 0 10\r\n%s\r\nEND\r\n", key(i), value(i))
+	}
+	return req, want
+}
+
+func metaSets(n int) (req, want []byte) {
+	for i := range n {
+		req = fmt.Appendf(req, "ms %s 10\r\n%s\r\n", key(i), value(i))
+		want = append(want, "HD\r\n"...)
+	}
+	return req, want
+}
+
+func metaGets(n int) (req, want []byte) {
+	for i := range n {
+		req = fmt.Appendf(req, "mg %s v\r\n", key(i))
+		want = fmt.Appendf(want, "VA 10\r\n%s\r\n", value(i))
 	}
 	return req, want
 }

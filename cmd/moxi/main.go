@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,9 +29,9 @@ import (
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
-// version is set at build time with -ldflags "-X main.version=…". Its major number is at
-// least 1: libmemcached takes a major version of 0 for a failure to parse "version".
-var version = "1.0.0-dev"
+// version is set at build time with -ldflags "-X main.version=…". Clients read it as a
+// memcached version (see proxy's versionAnswer), so it stays at 2 or above.
+var version = "2.0.0-dev"
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -104,7 +105,7 @@ func (o *options) override(cfg *config.Config) error {
 		cfg.Listen = addr
 	}
 	if o.admin != nil && *o.admin != "" {
-		addr, err := config.ListenAddr(*o.admin)
+		addr, err := config.AdminAddr(*o.admin)
 		if err != nil {
 			return fmt.Errorf("--admin: %w", err)
 		}
@@ -210,7 +211,21 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	reg.MustRegister(admin.NewServerCollector(px), admin.NewMigrationCollector(builder))
 	reg.MustRegister(admin.StandInCollectors(builder.StandIns(), topology.MaxStandInKeys)...)
 
-	ln, err := net.Listen("tcp", cfg.Listen)
+	var serverTLS func() *tls.Config // nil: plaintext
+	if cfg.TLS != nil {
+		started := cfg.TLS.Config
+		if started == nil {
+			_ = builder.Close(context.Background())
+			return errors.New("listen: the tls files were not loaded")
+		}
+		serverTLS = func() *tls.Config {
+			if t := rl.Config().TLS; t != nil {
+				return t.Config // rotated at each reload
+			}
+			return started // tls removed from the file: that takes a restart
+		}
+	}
+	ln, err := listen(cfg.Listen, serverTLS, logger)
 	if err != nil {
 		_ = builder.Close(context.Background())
 		return fmt.Errorf("listen: %w", err)
@@ -233,7 +248,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 			}
 		}()
 	}
-	logger.Info("moxi serving", "version", version, "listen", ln.Addr().String(), "admin", cfg.Admin, "pools", len(cfg.Pools))
+	logger.Info("moxi serving", "version", version, "listen", ln.Addr().String(), "tls", cfg.TLS != nil, "admin", cfg.Admin, "pools", len(cfg.Pools))
 
 	served := make(chan error, 1)
 	go func() { served <- front.Serve(ln) }()

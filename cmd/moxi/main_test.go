@@ -2,13 +2,21 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/tlsfiles"
+	"github.com/moxi-proxy/moxi/internal/tlstest"
 )
 
 // writeConfig writes body to a file in a fresh temporary directory and returns its path.
@@ -54,6 +62,13 @@ func TestRun(t *testing.T) {
 	valid := writeConfig(t, validConfig)
 	unknown := writeConfig(t, unknownKeyConfig)
 	missing := filepath.Join(t.TempDir(), "absent.yaml")
+	certDir := t.TempDir()
+	ca := tlstest.NewCA(t, certDir, "ca")
+	cert := ca.Issue(t, certDir, "moxi")
+	withTLS := writeConfig(t, "listen: "+filepath.Join(certDir, "moxi.sock")+"\ntls: {cert: "+cert.CertFile+", key: "+cert.KeyFile+"}\n"+
+		"pools:\n  main:\n    servers: [127.0.0.1:22212]\n    tls: {ca: "+ca.CertFile+"}\n")
+	absentCert := filepath.Join(certDir, "absent.crt")
+	badTLS := writeConfig(t, "tls:\n  cert: "+absentCert+"\n  key: "+cert.KeyFile+"\npools: {main: {embedded: 1}}\n")
 
 	// parses checks that --check printed a config that config.Parse accepts, and returns it.
 	parses := func(t *testing.T, stdout string) *config.Config {
@@ -113,6 +128,19 @@ func TestRun(t *testing.T) {
 				t.Errorf("admin %q, want off", cfg.Admin)
 			}
 		}},
+		{name: "check socket listen flag", args: []string{"--check", "--listen", "/run/moxi/moxi.sock"}, code: 0, stdout: func(t *testing.T, out string) {
+			if cfg := parses(t, out); cfg.Listen != "/run/moxi/moxi.sock" {
+				t.Errorf("listen %q, want the socket path", cfg.Listen)
+			}
+		}},
+		{name: "check socket admin flag", args: []string{"--check", "--admin", "/run/moxi/admin.sock"}, code: failure, stderr: []string{"admin.sock"}},
+		{name: "check tls", args: []string{"--check", "--config", withTLS}, code: 0, stdout: func(t *testing.T, out string) {
+			cfg := parses(t, out)
+			if cfg.TLS == nil || cfg.TLS.Cert != cert.CertFile || cfg.Pool("main").TLS == nil || cfg.Pool("main").TLS.CA != ca.CertFile {
+				t.Errorf("printed config lost the tls sections:\n%s", out)
+			}
+		}},
+		{name: "check tls file missing", args: []string{"--check", "--config", badTLS}, code: 1, stderr: []string{badTLS + ":2: tls.cert: " + absentCert}},
 		{name: "unknown key", args: []string{"--check", "--config", unknown}, code: 1, stderr: []string{unknown + ":5:", "conections"}},
 		{name: "unknown key without check", args: []string{"--config", unknown}, code: 1, stderr: []string{unknown + ":5:", "conections"}},
 		// The printed config must be one that --config accepts, so a flag's bad address is
@@ -150,5 +178,82 @@ func TestRun(t *testing.T) {
 				t.Errorf("stderr %q on success", stderr.String())
 			}
 		})
+	}
+}
+
+// TestSocketFile: listen's Unix socket is made 0660, replaces a stale socket, refuses to
+// replace anything else, and is removed when the listener closes.
+func TestSocketFile(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "moxi.sock")
+	stale, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+
+	ln, err := listen(sock, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("listen over a stale socket: %v", err)
+	}
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != socketMode {
+		t.Errorf("socket: %v %v", fi.Mode(), err)
+	}
+	if _, err := listen(sock, nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "another process") {
+		t.Errorf("listen on a socket in use: %v", err)
+	}
+	ln.Close()
+	if _, err := os.Lstat(sock); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("socket after Close: %v", err)
+	}
+
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := listen(file, nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("listen on a regular file: %v", err)
+	}
+	if _, err := os.Lstat(file); err != nil {
+		t.Errorf("the regular file: %v", err)
+	}
+}
+
+// TestTLSHandshakeBounded: a client that connects to the TLS listener and says nothing
+// does not hold a write (the frontend's refusal of a client over max_connections) past
+// its write deadline.
+func TestTLSHandshakeBounded(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir, "ca")
+	conf, _, err := tlsfiles.Server(ca.Issue(t, dir, "moxi").CertFile, filepath.Join(dir, "moxi.key"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := listen("127.0.0.1:0", func() *tls.Config { return conf }, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	silent, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	done := make(chan error, 1)
+	go func() { _, err := nc.Write([]byte("SERVER_ERROR too many connections\r\n")); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a write to a client that never handshook succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a write to a client that never handshook blocked past its deadline")
 	}
 }

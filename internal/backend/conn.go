@@ -243,7 +243,6 @@ func (c *conn) waitReady(ctx context.Context, timeout time.Duration) error {
 // it alive again. It exits when the server is closed.
 func (c *conn) dialLoop() {
 	defer c.s.wg.Done()
-	opts := &c.s.opts
 	for {
 		select {
 		case <-c.s.upSignal():
@@ -258,8 +257,7 @@ func (c *conn) dialLoop() {
 		c.dialing = true
 		c.mu.Unlock()
 
-		d := net.Dialer{Timeout: opts.ConnectTimeout}
-		nc, err := d.Dial("tcp", opts.Addr)
+		nc, err := c.s.dial(context.Background())
 
 		c.mu.Lock()
 		c.dialing = false

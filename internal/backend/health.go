@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,7 +131,6 @@ func (s *Server) probeLoop() {
 
 // probe dials the server and asks for a noop, within connect_timeout and timeout.
 func (s *Server) probe() error {
-	d := net.Dialer{Timeout: s.opts.ConnectTimeout}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -142,7 +140,7 @@ func (s *Server) probe() error {
 		case <-ctx.Done():
 		}
 	}()
-	nc, err := d.DialContext(ctx, "tcp", s.opts.Addr)
+	nc, err := s.dial(ctx)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ package backend
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,6 +34,7 @@ type Options struct {
 	RetryMax       time.Duration   // the wait doubles up to this
 	MaxInFlight    int             // requests waiting for answers; past it a request waits up to Timeout for room; 0 = MaxInFlight
 	Limits         protocol.Limits // bounds on answers; protocol.DefaultLimits when zero
+	TLS            *tls.Config     // set: every connection to the server is TLS (see Dial); nil: plaintext
 	Logger         *slog.Logger    // nil = slog.Default()
 	// Observe, when set, is given the seconds from send to answer of every answered request.
 	Observe func(seconds float64)
@@ -77,6 +79,7 @@ type Server struct {
 	slots chan struct{} // one token per request in flight: the back-pressure bound
 
 	health health
+	meta   metaConns // text connections for meta requests (meta.go)
 
 	requests, timeouts, down, ioErrors, overloads atomic.Uint64 // requests sent and how they failed
 	inFlight                                      atomic.Int64
@@ -111,6 +114,7 @@ func (s *Server) Close() error {
 		for _, c := range s.conns {
 			c.shutdown()
 		}
+		s.closeMeta()
 		s.wg.Wait()
 	})
 	return nil
@@ -119,6 +123,9 @@ func (s *Server) Close() error {
 // Do sends req and waits for its answer (see pool.Server). A retrieval of several keys is
 // one batch of quiet gets ended by a noop; a key repeated in it is asked for once.
 func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+	if req.Op.IsMeta() {
+		return s.doMeta(ctx, req, &resps[0])
+	}
 	cl := s.getCall()
 	defer s.putCall(cl)
 	if req.Op.IsRetrieval() {
@@ -135,8 +142,17 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 
 // DoBatch sends reqs as one run of packets and waits for their answers (see
 // pool.Server): a connection failure or a timeout fails them all. A retrieval's answer
-// has no Key; the caller knows it.
+// has no Key; the caller knows it. A run of meta requests goes on a meta connection
+// (meta.go); a run mixing both kinds goes one request at a time.
 func (s *Server) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	switch metas := countMeta(reqs); {
+	case metas == len(reqs):
+		s.doMetaBatch(ctx, reqs, resps, errs)
+		return
+	case metas > 0: // both kinds of connection: one request at a time, each minding its order
+		pool.DoEach(ctx, s, reqs, resps, errs)
+		return
+	}
 	cl := s.getCall()
 	defer s.putCall(cl)
 	cl.prepareBatch(reqs)
@@ -156,6 +172,19 @@ func (s *Server) DoBatch(ctx context.Context, reqs []protocol.Request, resps []p
 // requests is fixed, when cl is queued, or when it fails before that; a request with a turn
 // goes on its client connection's backend connection (turn.Affinity).
 func (s *Server) exchange(ctx context.Context, cl *call, n int) error {
+	if turn.Switch(ctx, s, pathBinary) {
+		// The client's previous request to s went on a meta connection (see meta.go).
+		if err := s.metaBarrier(ctx); err != nil {
+			turn.Dispatched(ctx)
+			s.requests.Add(uint64(n))
+			return s.outcome(err, n, time.Now())
+		}
+	}
+	return s.send(ctx, cl, n)
+}
+
+// send is exchange once the order of cl among its client's requests is safe.
+func (s *Server) send(ctx context.Context, cl *call, n int) error {
 	dispatched := false
 	defer func() {
 		if !dispatched { // failed before it was queued (or panicked): the client may go on
@@ -190,6 +219,12 @@ func (s *Server) exchange(ctx context.Context, cl *call, n int) error {
 	if err == nil {
 		err = cl.err
 	}
+	return s.outcome(err, n, start)
+}
+
+// outcome accounts for the end of n requests sent at start, failed with err or answered,
+// in the server's health and counters, and returns err as the caller sees it.
+func (s *Server) outcome(err error, n int, start time.Time) error {
 	if err != nil {
 		switch {
 		case errors.Is(err, context.Canceled):

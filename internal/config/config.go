@@ -14,19 +14,26 @@
 package config
 
 import (
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/tlsfiles"
 )
 
 // Config is one loaded topology. Parse and Default return a fresh value that nothing else
 // references; the proxy treats it as immutable once built, so sharing it between goroutines
 // for reading is safe.
 type Config struct {
-	Listen          string        // client address, host:port (host may be empty: all interfaces)
+	Listen          string        // client address: host:port (host may be empty: all interfaces), or a Unix socket's path (see UnixSocket)
+	TLS             *TLS          // TLS on Listen; nil: plaintext
 	Admin           string        // HTTP admin address; "" turns the admin server off
 	ShutdownTimeout time.Duration // bound on draining in-flight requests at exit
 	Limits          Limits
@@ -69,10 +76,34 @@ type Pool struct {
 	Failover       bool          // route a dead server's keys to the next live one
 	FailoverTTL    time.Duration // cap on the expiry of writes that land on a stand-in
 
-	Backup           string // another pool's name, or ""
-	Embedded         int    // N > 0: N in-process shards instead of Servers
-	EmbeddedMemoryMB int    // memory bound of each embedded shard
-	MigrateRate      int    // keys/s cap of a migration's background copy; 0 = unlimited
+	Backup           string   // another pool's name, or ""
+	Embedded         int      // N > 0: N in-process shards instead of Servers
+	EmbeddedMemoryMB int      // memory bound of each embedded shard
+	MigrateRate      int      // keys/s cap of a migration's background copy; 0 = unlimited
+	TLS              *PoolTLS // TLS to the servers; nil: plaintext
+}
+
+// TLS is the tls section: TLS on listen, and then only TLS there.
+type TLS struct {
+	Cert, Key string // PEM files: the certificate chain moxi presents, and its private key
+	ClientCA  string // PEM file of the CAs that must have signed clients' certificates; "" = none asked for
+	Line      int    // of the section in the file, for messages; 0 when not from a file
+
+	// Config and Sum are what the files held when LoadTLS read them; nil and zero before.
+	Config *tls.Config
+	Sum    tlsfiles.Sum
+}
+
+// PoolTLS is a pool's tls section: TLS to its servers (a migration's old server included).
+type PoolTLS struct {
+	CA         string // PEM file of the CAs that signed the servers' certificates; "" = the system's roots
+	Cert, Key  string // PEM files of a client certificate and its key, for mutual TLS; both or neither
+	ServerName string // the name servers' certificates are verified for; "" = the host of each server's address
+	Line       int    // of the section in the file, for messages; 0 when not from a file
+
+	// Config and Sum are what the files held when LoadTLS read them; nil and zero before.
+	Config *tls.Config
+	Sum    tlsfiles.Sum
 }
 
 // Server is one backend memcached server of a pool.
@@ -195,6 +226,68 @@ func (c *Config) Pool(name string) *Pool {
 		}
 	}
 	return nil
+}
+
+// UnixSocket reports whether a listen address is the path of a Unix socket rather than
+// host:port: it contains a slash, which no host:port does.
+func UnixSocket(listen string) bool { return strings.Contains(listen, "/") }
+
+// LoadTLS reads the certificate, key and CA files that c's tls sections name into their
+// Config and Sum, so that a file missing or invalid fails a load like a bad value does.
+// Parse leaves them unread (it reads only the file it is given); moxi calls LoadTLS after
+// it at every load, so that a reload picks up rotated files. filename is used only in
+// error messages, which have Parse's form. On error c is left as it was.
+func (c *Config) LoadTLS(filename string) error {
+	d := &decoder{file: filename}
+	type loaded struct {
+		conf *tls.Config
+		sum  tlsfiles.Sum
+	}
+	var listen loaded
+	pools := make([]loaded, len(c.Pools))
+	if t := c.TLS; t != nil {
+		var err error
+		listen.conf, listen.sum, err = tlsfiles.Server(t.Cert, t.Key, t.ClientCA)
+		d.fileError(t.Line, "tls", err, [][2]string{{"cert", t.Cert}, {"key", t.Key}, {"client_ca", t.ClientCA}})
+	}
+	for i, p := range c.Pools {
+		if t := p.TLS; t != nil {
+			var err error
+			pools[i].conf, pools[i].sum, err = tlsfiles.Client(t.CA, t.Cert, t.Key, t.ServerName)
+			d.fileError(t.Line, "pools."+p.Name+".tls", err, [][2]string{{"ca", t.CA}, {"cert", t.Cert}, {"key", t.Key}})
+		}
+	}
+	if err := d.err(); err != nil {
+		return err
+	}
+	if c.TLS != nil {
+		c.TLS.Config, c.TLS.Sum = listen.conf, listen.sum
+	}
+	for i, p := range c.Pools {
+		if p.TLS != nil {
+			p.TLS.Config, p.TLS.Sum = pools[i].conf, pools[i].sum
+		}
+	}
+	return nil
+}
+
+// fileError reports err, from loading the files of the tls section at line, under the
+// field (of fields: each key and its path) that names the file at fault.
+func (d *decoder) fileError(line int, section string, err error, fields [][2]string) {
+	if err == nil {
+		return
+	}
+	at := section
+	var fe *tlsfiles.FileError
+	if errors.As(err, &fe) {
+		for _, f := range fields {
+			if f[1] == fe.Path {
+				at = join(section, f[0])
+				break
+			}
+		}
+	}
+	d.fail(&yaml.Node{Line: line}, at, "%v", err)
 }
 
 // Load reads and parses the file at path; errors name the file as path.

@@ -43,6 +43,7 @@ func DiffSince(started, prev, next *Config) []string {
 	restart := func(key string, a, b any) { d.change("", key, a, b, restartNote) }
 	live := func(key string, a, b any) { d.change("", key, a, b, "") }
 	restart("listen", quoteEmpty(started.Listen), quoteEmpty(next.Listen))
+	d.listenTLS(started, prev, next)
 	restart("admin", quoteEmpty(started.Admin), quoteEmpty(next.Admin))
 	live("shutdown_timeout", prev.ShutdownTimeout, next.ShutdownTimeout)
 	restart("limits.max_connections", started.Limits.MaxConnections, next.Limits.MaxConnections)
@@ -115,6 +116,50 @@ func (d *differ) pool(prefix string, a, b *Pool) {
 	d.change(prefix, "embedded", a.Embedded, b.Embedded, "")
 	d.change(prefix, "embedded_memory_mb", a.EmbeddedMemoryMB, b.EmbeddedMemoryMB, "")
 	d.change(prefix, "migrate_rate", a.MigrateRate, b.MigrateRate, "")
+	switch at, bt := a.TLS, b.TLS; {
+	case at == nil || bt == nil:
+		d.change(prefix, "tls", onOff(at != nil), onOff(bt != nil), "")
+	default:
+		d.change(prefix, "tls.ca", quoteEmpty(at.CA), quoteEmpty(bt.CA), "")
+		d.change(prefix, "tls.cert", quoteEmpty(at.Cert), quoteEmpty(bt.Cert), "")
+		d.change(prefix, "tls.key", quoteEmpty(at.Key), quoteEmpty(bt.Key), "")
+		d.change(prefix, "tls.server_name", quoteEmpty(at.ServerName), quoteEmpty(bt.ServerName), "")
+		if at.Sum != bt.Sum && at.CA == bt.CA && at.Cert == bt.Cert && at.Key == bt.Key && at.ServerName == bt.ServerName {
+			d.add("%stls: files changed (its servers reconnect with them)", prefix)
+		}
+	}
+}
+
+// listenTLS reports the tls section. Turning TLS on or off needs a restart (the listener
+// is made once); the files, and client_ca, change at a reload: the connections accepted
+// from then on use them, and those accepted before keep theirs.
+func (d *differ) listenTLS(started, prev, next *Config) {
+	if (started.TLS != nil) != (next.TLS != nil) {
+		d.change("", "tls", onOff(started.TLS != nil), onOff(next.TLS != nil), restartNote)
+		return
+	}
+	a, b := prev.TLS, next.TLS
+	if a == nil || b == nil {
+		// Off at the start and now; or on at both and off in between (that reload said a
+		// restart was needed), which kept serving started's certificate: compare with it.
+		a, b = started.TLS, next.TLS
+		if a == nil {
+			return
+		}
+	}
+	d.change("", "tls.cert", a.Cert, b.Cert, "")
+	d.change("", "tls.key", a.Key, b.Key, "")
+	d.change("", "tls.client_ca", quoteEmpty(a.ClientCA), quoteEmpty(b.ClientCA), "")
+	if a.Sum != b.Sum && a.Cert == b.Cert && a.Key == b.Key && a.ClientCA == b.ClientCA {
+		d.add("tls: files changed (new connections use them)")
+	}
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // servers reports the servers added and removed, the changes of each server kept, and a

@@ -14,6 +14,15 @@ import (
 func (c *Config) YAML() ([]byte, error) {
 	root := mapNode()
 	put(root, "listen", strNode(c.Listen))
+	if t := c.TLS; t != nil {
+		m := mapNode()
+		put(m, "cert", strNode(t.Cert))
+		put(m, "key", strNode(t.Key))
+		if t.ClientCA != "" {
+			put(m, "client_ca", strNode(t.ClientCA))
+		}
+		put(root, "tls", m)
+	}
 	put(root, "admin", strNode(c.Admin))
 	put(root, "shutdown_timeout", durNode(c.ShutdownTimeout))
 	limits := mapNode()
@@ -93,6 +102,15 @@ func poolNode(p *Pool) *yaml.Node {
 	put(m, "embedded", intNode(p.Embedded))
 	put(m, "embedded_memory_mb", intNode(p.EmbeddedMemoryMB))
 	put(m, "migrate_rate", intNode(p.MigrateRate))
+	if t := p.TLS; t != nil {
+		tm := mapNode()
+		for _, f := range [][2]string{{"ca", t.CA}, {"cert", t.Cert}, {"key", t.Key}, {"server_name", t.ServerName}} {
+			if f[1] != "" {
+				put(tm, f[0], strNode(f[1]))
+			}
+		}
+		put(m, "tls", tm)
+	}
 	return m
 }
 

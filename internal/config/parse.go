@@ -107,8 +107,9 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 		}
 	}
 	seen := d.mapping(root, "", map[string]field{
-		"listen":           d.listenAddr(&c.Listen, false),
-		"admin":            d.listenAddr(&c.Admin, true),
+		"listen":           d.listenAddr(&c.Listen, false, true),
+		"tls":              func(v *yaml.Node, path string) { c.TLS = d.listenTLS(v, path) },
+		"admin":            d.listenAddr(&c.Admin, true, false),
 		"shutdown_timeout": d.duration(&c.ShutdownTimeout, false),
 		"limits": func(v *yaml.Node, path string) {
 			d.mapping(v, path, map[string]field{
@@ -145,8 +146,9 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 	return true
 }
 
-// listenAddr reads an address to listen on; offOK lets "" mean "do not listen".
-func (d *decoder) listenAddr(dst *string, offOK bool) field {
+// listenAddr reads an address to listen on; offOK lets "" mean "do not listen", and pathOK
+// lets a path (see UnixSocket) name a Unix socket.
+func (d *decoder) listenAddr(dst *string, offOK, pathOK bool) field {
 	return func(v *yaml.Node, path string) {
 		if !d.scalar(v, path) {
 			return
@@ -155,17 +157,70 @@ func (d *decoder) listenAddr(dst *string, offOK bool) field {
 			*dst = ""
 			return
 		}
+		if pathOK && UnixSocket(v.Value) {
+			if msg := badSocketPath(v.Value); msg != "" {
+				d.fail(v, path, "%s", msg)
+				return
+			}
+			*dst = v.Value
+			return
+		}
 		a, ok := canonAddr(v.Value, true)
 		if !ok {
-			off := ""
+			also := ""
 			if offOK {
-				off = `, or "" for off`
+				also = `, or "" for off`
 			}
-			d.fail(v, path, "bad address %q: want host:port with a port from 0 to 65535%s", v.Value, off)
+			if pathOK {
+				also = ", or the path of a Unix socket (/run/moxi/moxi.sock)"
+			}
+			d.fail(v, path, "bad address %q: want host:port with a port from 0 to 65535%s", v.Value, also)
 			return
 		}
 		*dst = a
 	}
+}
+
+// listenTLS reads the top-level tls section.
+func (d *decoder) listenTLS(v *yaml.Node, path string) *TLS {
+	t := &TLS{Line: v.Line}
+	seen := d.mapping(v, path, map[string]field{
+		"cert":      d.str(&t.Cert),
+		"key":       d.str(&t.Key),
+		"client_ca": d.str(&t.ClientCA),
+	})
+	if v.Kind != yaml.MappingNode {
+		return nil
+	}
+	for _, f := range []struct {
+		key, val, what string
+	}{{"cert", t.Cert, "the certificate chain moxi presents"}, {"key", t.Key, "the certificate's private key"}} {
+		if f.val == "" && !d.bad[seen[f.key]] {
+			d.fail(v, join(path, f.key), "required: the PEM file of %s", f.what)
+		}
+	}
+	return t
+}
+
+// poolTLS reads a pool's tls section; an empty one means TLS verified by the system's roots.
+func (d *decoder) poolTLS(v *yaml.Node, path string) *PoolTLS {
+	t := &PoolTLS{Line: v.Line}
+	seen := d.mapping(v, path, map[string]field{
+		"ca":          d.str(&t.CA),
+		"cert":        d.str(&t.Cert),
+		"key":         d.str(&t.Key),
+		"server_name": d.str(&t.ServerName),
+	})
+	if v.Kind != yaml.MappingNode {
+		return nil
+	}
+	switch {
+	case t.Cert != "" && t.Key == "":
+		d.fail(seen["cert"], join(path, "key"), "required with cert: the PEM file of the client certificate's private key")
+	case t.Key != "" && t.Cert == "":
+		d.fail(seen["key"], join(path, "cert"), "required with key: the PEM file of the client certificate")
+	}
+	return t
 }
 
 // pools reads the pools mapping, keeping file order.
@@ -207,6 +262,7 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) *yaml.Node {
 		"embedded":           d.integer(&p.Embedded, 0, maxEmbedded),
 		"embedded_memory_mb": d.integer(&p.EmbeddedMemoryMB, 1, math.MaxInt),
 		"migrate_rate":       d.integer(&p.MigrateRate, 0, math.MaxInt),
+		"tls":                func(v *yaml.Node, path string) { p.TLS = d.poolTLS(v, path) },
 	})
 	if p.DeadBackoffMax < p.DeadBackoff {
 		at, n := "dead_backoff_max", seen["dead_backoff_max"]
@@ -226,6 +282,8 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) *yaml.Node {
 		d.fail(seen["embedded"], path, "has both servers and embedded; give one")
 	case !hasServers && p.Embedded == 0:
 		d.fail(key, path, "has neither servers nor embedded")
+	case p.Embedded > 0 && p.TLS != nil:
+		d.fail(seen["tls"], join(path, "tls"), "an embedded pool has no servers to reach over TLS")
 	}
 	if b := seen["backup"]; b != nil && !isNull(b) {
 		return b

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -178,13 +179,46 @@ func (d *decoder) serverString(e *yaml.Node, path string) (Server, bool) {
 	return s, true
 }
 
-// ListenAddr checks an address to listen on given outside the file (the --listen and
-// --admin flags) by the rules the file's listen and admin follow, and returns it in
-// canonical form.
+// ListenAddr checks a client address given outside the file (the --listen flag) by the
+// rules the file's listen follows, and returns it in canonical form: host:port, or the
+// path of a Unix socket.
 func ListenAddr(s string) (string, error) {
+	if UnixSocket(s) {
+		if msg := badSocketPath(s); msg != "" {
+			return "", errors.New(msg)
+		}
+		return s, nil
+	}
+	addr, ok := canonAddr(s, true)
+	if !ok {
+		return "", fmt.Errorf("%q is not host:port with a port from 0 to 65535, or the path of a Unix socket", s)
+	}
+	return addr, nil
+}
+
+// AdminAddr checks an admin address given outside the file (the --admin flag) by the
+// rules the file's admin follows, and returns it in canonical form.
+func AdminAddr(s string) (string, error) {
 	addr, ok := canonAddr(s, true)
 	if !ok {
 		return "", fmt.Errorf("%q is not host:port with a port from 0 to 65535", s)
 	}
 	return addr, nil
+}
+
+// maxSocketPath is the longest path a Unix socket address holds on Linux (sun_path is
+// 108 bytes, the last one a NUL).
+const maxSocketPath = 107
+
+// badSocketPath says why path cannot name a Unix socket, or "" when it can.
+func badSocketPath(path string) string {
+	switch {
+	case len(path) > maxSocketPath:
+		return fmt.Sprintf("socket path %q is %d bytes long; a Unix socket's path is at most %d", path, len(path), maxSocketPath)
+	case strings.HasSuffix(path, "/"):
+		return fmt.Sprintf("socket path %q names a directory; give the socket's file name", path)
+	case strings.ContainsAny(path, "\x00"):
+		return fmt.Sprintf("socket path %q contains a NUL byte", path)
+	}
+	return ""
 }

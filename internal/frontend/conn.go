@@ -290,10 +290,12 @@ func (c *conn) startBatch() {
 }
 
 // runnable reports whether the request just read may join a run (see addToRun): a write,
-// or a get/gets of one key (binary quiet gets have their own batch, see batchable).
+// a get/gets of one key (binary quiet gets have their own batch, see batchable), or a meta
+// command with a key.
 func (c *conn) runnable() bool {
 	r := &c.req
-	return r.Op.IsWrite() || (r.Op == protocol.OpGet || r.Op == protocol.OpGets) && len(r.Keys) == 1 && !r.Quiet
+	return r.Op.IsWrite() || (r.Op == protocol.OpGet || r.Op == protocol.OpGets) && len(r.Keys) == 1 && !r.Quiet ||
+		r.Op.IsMeta() && r.Op != protocol.OpMetaNoop
 }
 
 // addToRun adds the request just read to the run being read. A client that pipelines
@@ -306,6 +308,14 @@ func (c *conn) addToRun() {
 		c.building.single = true
 	}
 	t, r := c.building, c.req
+	if r.Op.IsMeta() {
+		// Its flags and key token too point into the decoder's buffers: the request gets
+		// a copy of its own (two allocations, against a round trip saved).
+		t.metaBytes += ownMeta(&r)
+		t.spans = append(t.spans, span{owned: true})
+		t.batch = append(t.batch, r)
+		return
+	}
 	key := r.Key
 	if r.Op.IsRetrieval() {
 		key = r.Keys[0]
@@ -333,6 +343,9 @@ func (c *conn) startRun() {
 	}
 	for i, sp := range t.spans {
 		r := &t.batch[i]
+		if sp.owned {
+			continue
+		}
 		if r.Op.IsRetrieval() {
 			r.Keys = t.keys[i : i+1 : i+1]
 		} else {

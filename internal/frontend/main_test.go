@@ -26,10 +26,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testVersion is what the proxy behind the test servers answers to version.
-const testVersion = "test"
+// testVersion is the build of the proxy behind the test servers; versionAnswer, its
+// answer to version.
+const testVersion = "1.2.3"
 
-const versionAnswer = "VERSION moxi " + testVersion + "\r\n"
+const versionAnswer = "VERSION " + testVersion + " moxi\r\n"
 
 // newProxy is the request path over two embedded shards, the shape of moxi's default.
 func newProxy(t testing.TB) *proxy.Proxy {

@@ -28,16 +28,49 @@ type task struct {
 	data   []byte             // the request's bytes when the task owns them (pipelined)
 	resps  []protocol.Response
 
-	stream bool   // a multi-key retrieval answered part by part (see conn.stream)
-	silent bool   // moxi's own request, whose answer the client does not see
-	weight int    // the keys the task counts in the connection's window (see conn.admit)
-	size   int    // the request bytes it counts there
-	out    []byte // the encoded answer; nil until complete, or for a silent answer
-	done   bool   // complete: out is final; guarded by conn.mu
+	metaBytes int    // a run: the bytes its meta requests own (see ownMeta)
+	stream    bool   // a multi-key retrieval answered part by part (see conn.stream)
+	silent    bool   // moxi's own request, whose answer the client does not see
+	weight    int    // the keys the task counts in the connection's window (see conn.admit)
+	size      int    // the request bytes it counts there
+	out       []byte // the encoded answer; nil until complete, or for a silent answer
+	done      bool   // complete: out is final; guarded by conn.mu
 }
 
-// span is where one request of a run has its key and value in its task's data.
-type span struct{ at, key, value int }
+// span is where one request of a run has its key and value in its task's data, unless the
+// request owns its bytes (a meta command, see ownMeta).
+type span struct {
+	at, key, value int
+	owned          bool
+}
+
+// ownMeta copies the bytes of the meta request r into one new buffer, and its flags into a
+// new slice, so that r no longer refers to the decoder's buffers; it returns the bytes.
+func ownMeta(r *protocol.Request) int {
+	m := &r.Meta
+	n := len(r.Key) + len(r.Value) + len(m.KeyToken)
+	for _, f := range m.Flags {
+		n += len(f.Token)
+	}
+	d := make([]byte, 0, n)
+	r.Key, r.Value, m.KeyToken = take(&d, r.Key), take(&d, r.Value), take(&d, m.KeyToken)
+	m.Flags = append([]protocol.MetaFlag(nil), m.Flags...)
+	for i := range m.Flags {
+		m.Flags[i].Token = take(&d, m.Flags[i].Token)
+	}
+	return n
+}
+
+// take appends b to *d and returns the copy; *d has room for it, so earlier copies stay
+// where they are. nil stays nil.
+func take(d *[]byte, b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	start := len(*d)
+	*d = append(*d, b...)
+	return (*d)[start:len(*d):len(*d)]
+}
 
 func (t *task) Deadline() (time.Time, bool) { return t.base.Deadline() }
 func (t *task) Done() <-chan struct{}       { return t.base.Done() }
@@ -58,6 +91,10 @@ func (t *task) own() {
 		return
 	}
 	r := &t.req
+	if r.Op.IsMeta() {
+		ownMeta(r)
+		return
+	}
 	n := len(r.Key) + len(r.Value) + len(r.Args)
 	for _, k := range r.Keys {
 		n += len(k)
@@ -66,19 +103,11 @@ func (t *task) own() {
 		t.data = make([]byte, 0, n)
 	}
 	d := t.data[:0]
-	take := func(b []byte) []byte {
-		if b == nil {
-			return nil
-		}
-		start := len(d)
-		d = append(d, b...)
-		return d[start:len(d):len(d)]
-	}
-	r.Key, r.Value, r.Args = take(r.Key), take(r.Value), take(r.Args)
+	r.Key, r.Value, r.Args = take(&d, r.Key), take(&d, r.Value), take(&d, r.Args)
 	if len(r.Keys) > 0 {
 		t.keys = t.keys[:0]
 		for _, k := range r.Keys {
-			t.keys = append(t.keys, take(k))
+			t.keys = append(t.keys, take(&d, k))
 		}
 		r.Keys = t.keys
 	}
@@ -88,7 +117,7 @@ func (t *task) own() {
 // size is the bytes the task's request holds: what the connection's window counts.
 func (t *task) bytes() int {
 	if t.single {
-		return len(t.data)
+		return len(t.data) + t.metaBytes
 	}
 	r := &t.req
 	n := len(r.Key) + len(r.Value)
@@ -111,6 +140,7 @@ func (t *task) reset() {
 	t.req = protocol.Request{}
 	t.keys, t.data, t.resps, t.batch, t.out, t.spans = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0], t.spans[:0]
 	t.stream, t.silent, t.single, t.weight, t.size, t.done, t.conn = false, false, false, 0, 0, false, nil
+	t.metaBytes = 0
 	if cap(t.data) > keepOutput {
 		t.data = nil
 	}

@@ -5,6 +5,25 @@ package memstore
 // memory really held when items are small.
 const itemOverhead = 128
 
+// memcached 1.6's item size limit, which the store applies as memcached does: an item is
+// its header (48 bytes on 64-bit, plus 8 for the cas), the key and its NUL, 4 bytes of
+// client flags when they are not 0, and the value with its "\r\n", and memcached refuses
+// one larger than its item size maximum (-I, 1 MiB by default). So with a 1-byte key and
+// flags 0 the largest value is 1,048,516 bytes (measured on memcached 1.6.18).
+const (
+	mcItemHeader  = 48 + 8
+	mcItemSizeMax = 1 << 20
+)
+
+// mcItemSize is the size memcached gives an item of this key, value and client flags.
+func mcItemSize(keyLen, valueLen int, flags uint32) int64 {
+	n := int64(mcItemHeader) + int64(keyLen) + 1 + int64(valueLen) + 2
+	if flags != 0 {
+		n += 4
+	}
+	return n
+}
+
 // item is one stored key. Its value slice is never written after the item is stored, because
 // responses hand it out: a modification stores a new slice instead.
 type item struct {
@@ -13,6 +32,14 @@ type item struct {
 	flags   uint32
 	exptime int64  // unix second at which it expires; 0 = never
 	cas     uint64 // cas unique of the last modification
+
+	// Meta-protocol state, as memcached keeps it in an item's flags: every new item (put)
+	// starts without it.
+	atime     int64 // unix second the item was stored: mg's l flag
+	fetched   bool  // read since stored (mg's h flag)
+	stale     bool  // marked stale by md I or an ms I over a newer cas (mg answers X)
+	tokenSent bool  // a client was handed the recache token (mg answers Z, not W again)
+	binaryKey bool  // stored by ms with b: mg echoes its key in base64
 
 	prev, next *item // LRU list; next is toward the least recently used
 }
@@ -26,9 +53,15 @@ func (it *item) size() int64 { return itemSize(len(it.key), len(it.value)) }
 
 func (it *item) expired(now int64) bool { return it.exptime != 0 && it.exptime <= now }
 
-// fits reports whether an item of this size can ever be held.
+// fits reports whether an item of this size, with client flags 0, can ever be held.
 func (s *Store) fits(keyLen, valueLen int) bool {
-	return itemSize(keyLen, valueLen) <= s.maxBytes
+	return s.fitsFlags(keyLen, valueLen, 0)
+}
+
+// fitsFlags reports whether an item of this size and client flags can ever be held: within
+// memcached's item size limit and the store's own bound.
+func (s *Store) fitsFlags(keyLen, valueLen int, flags uint32) bool {
+	return mcItemSize(keyLen, valueLen, flags) <= mcItemSizeMax && itemSize(keyLen, valueLen) <= s.maxBytes
 }
 
 // lookup returns the live item for key, or nil. An expired item found on the way is removed:
@@ -61,6 +94,7 @@ func (s *Store) put(key []byte, old *item, value []byte, flags uint32, exptime, 
 		it = &item{key: string(key)}
 	}
 	it.value, it.flags, it.exptime, it.cas = value, flags, exptime, s.casSeq
+	it.atime, it.fetched, it.stale, it.tokenSent, it.binaryKey = now, false, false, false, false
 	if it.expired(now) {
 		if old != nil {
 			delete(s.items, it.key)
@@ -105,8 +139,14 @@ func (s *Store) clear() {
 	s.bytes = 0
 }
 
-// bump makes it the most recently used.
+// bump makes it the most recently used after a read: it has now been fetched.
 func (s *Store) bump(it *item) {
+	it.fetched = true
+	s.update(it)
+}
+
+// update makes it the most recently used.
+func (s *Store) update(it *item) {
 	if s.lru.next == it {
 		return
 	}

@@ -12,7 +12,7 @@ import (
 
 func (s *Store) handleSet(req *protocol.Request, r *protocol.Response, now int64) {
 	s.stats.cmdSet++
-	if !s.fits(len(req.Key), len(req.Value)) {
+	if !s.fitsFlags(len(req.Key), len(req.Value), req.Flags) {
 		// memcached drops the old value when a set fails for size, so that a reader never
 		// sees a value older than one the client tried to replace.
 		if it := s.items[string(req.Key)]; it != nil {
@@ -31,13 +31,13 @@ func (s *Store) handleAdd(req *protocol.Request, r *protocol.Response, now int64
 		return
 	}
 	s.stats.cmdSet++
-	if !s.fits(len(req.Key), len(req.Value)) {
+	if !s.fitsFlags(len(req.Key), len(req.Value), req.Flags) {
 		r.Status = protocol.StatusTooLarge
 		return
 	}
 	if it := s.lookup(req.Key, now); it != nil {
 		// A failed add still counts as a use of the item, as memcached's does.
-		s.bump(it)
+		s.update(it)
 		r.Status = notStored(req, protocol.StatusExists)
 		return
 	}
@@ -50,7 +50,7 @@ func (s *Store) handleReplace(req *protocol.Request, r *protocol.Response, now i
 		return
 	}
 	s.stats.cmdSet++
-	if !s.fits(len(req.Key), len(req.Value)) {
+	if !s.fitsFlags(len(req.Key), len(req.Value), req.Flags) {
 		r.Status = protocol.StatusTooLarge
 		return
 	}
@@ -66,7 +66,7 @@ func (s *Store) handleReplace(req *protocol.Request, r *protocol.Response, now i
 // nothing, as in memcached.
 func (s *Store) handleCas(req *protocol.Request, r *protocol.Response, now int64) {
 	s.stats.cmdSet++
-	if !s.fits(len(req.Key), len(req.Value)) {
+	if !s.fitsFlags(len(req.Key), len(req.Value), req.Flags) {
 		r.Status = protocol.StatusTooLarge
 		return
 	}
@@ -87,7 +87,7 @@ func (s *Store) handleCas(req *protocol.Request, r *protocol.Response, now int64
 // handleConcat appends or prepends to an existing value, keeping its flags and exptime.
 func (s *Store) handleConcat(req *protocol.Request, r *protocol.Response, now int64) {
 	s.stats.cmdSet++
-	if !s.fits(len(req.Key), len(req.Value)) {
+	if !s.fitsFlags(len(req.Key), len(req.Value), req.Flags) {
 		r.Status = protocol.StatusTooLarge
 		return
 	}
@@ -100,7 +100,7 @@ func (s *Store) handleConcat(req *protocol.Request, r *protocol.Response, now in
 	case req.Cas != 0 && it.cas != req.Cas:
 		r.Status = protocol.StatusExists
 		return
-	case !s.fits(len(it.key), len(it.value)+len(req.Value)):
+	case !s.fitsFlags(len(it.key), len(it.value)+len(req.Value), it.flags):
 		// memcached fails to allocate the combined item and answers NOT_STORED.
 		r.Status = protocol.StatusNotStored
 		return

@@ -116,6 +116,8 @@ func (s *Store) Do(ctx context.Context, req *protocol.Request, resps []protocol.
 	case protocol.OpStats:
 		// Any stats argument gets the general stats: a shard has no slabs or settings to show.
 		r.Stats = s.statsLocked()
+	case protocol.OpMetaNoop, protocol.OpMetaGet, protocol.OpMetaSet, protocol.OpMetaDelete, protocol.OpMetaArithmetic:
+		s.handleMeta(req, r, now)
 	case protocol.OpVerbosity, protocol.OpNoop, protocol.OpQuit:
 		// Nothing to do: the answer is OK, and quitting is the connection's business.
 	default:

@@ -33,6 +33,7 @@ type Options struct {
 	Rate     int           // keys per second the background copy may move; 0 = no limit
 	Timeout  time.Duration // per request to the old server; default 1s
 	MaxValue int           // largest value read from the old server; 0 = protocol.DefaultLimits
+	Dial     Dialer        // opens connections to the old server; nil = plain TCP
 	Logger   *slog.Logger
 }
 
@@ -107,7 +108,7 @@ func New(opts Options) *Migration {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	m := &Migration{opts: opts, old: newOldServer(opts.From, 4, opts.Timeout, opts.MaxValue), touched: make(map[string]struct{})}
+	m := &Migration{opts: opts, old: newOldServer(opts.From, 4, opts.Timeout, opts.MaxValue, opts.Dial), touched: make(map[string]struct{})}
 	phase := Copying
 	m.phase.Store(&phase)
 	m.switched.Store(opts.At.IsZero())
@@ -252,8 +253,7 @@ func (m *Migration) Do(ctx context.Context, req *protocol.Request, resps []proto
 	switch {
 	case req.Op == protocol.OpGet || req.Op == protocol.OpGets:
 		return m.read(ctx, req, resps)
-	case req.Op.IsStorage(), req.Op == protocol.OpDelete, req.Op == protocol.OpIncr, req.Op == protocol.OpDecr,
-		req.Op == protocol.OpTouch:
+	case req.Op.IsWrite(), req.Op == protocol.OpMetaSet, req.Op == protocol.OpMetaDelete, req.Op == protocol.OpMetaArithmetic:
 		return m.write(ctx, req, resps)
 	case req.Op == protocol.OpGat || req.Op == protocol.OpGats:
 		for _, k := range req.Keys { // a touch: the old copy's TTL would be wrong now

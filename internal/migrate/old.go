@@ -19,6 +19,29 @@ type oldServer struct {
 	timeout  time.Duration
 	maxValue int
 	conns    chan *textConn // idle connections; nil entries are slots not dialed yet
+	dial     Dialer         // nil: plain TCP
+}
+
+// Dialer opens a connection to the server at addr, as the pool's other connections to its
+// servers are opened (backend.Dial: TCP, or TLS when the pool has it), until ctx ends.
+type Dialer func(ctx context.Context, addr string) (net.Conn, error)
+
+// open dials the old server within the timeout.
+func (o *oldServer) open(ctx context.Context) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	var nc net.Conn
+	var err error
+	if o.dial != nil {
+		nc, err = o.dial(ctx, o.addr)
+	} else {
+		var d net.Dialer
+		nc, err = d.DialContext(ctx, "tcp", o.addr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", o.addr, err)
+	}
+	return nc, nil
 }
 
 type textConn struct {
@@ -26,8 +49,8 @@ type textConn struct {
 	r  *bufio.Reader
 }
 
-func newOldServer(addr string, conns int, timeout time.Duration, maxValue int) *oldServer {
-	o := &oldServer{addr: addr, timeout: timeout, maxValue: maxValue, conns: make(chan *textConn, conns)}
+func newOldServer(addr string, conns int, timeout time.Duration, maxValue int, dial Dialer) *oldServer {
+	o := &oldServer{addr: addr, timeout: timeout, maxValue: maxValue, conns: make(chan *textConn, conns), dial: dial}
 	for range conns {
 		o.conns <- nil
 	}
@@ -44,11 +67,10 @@ func (o *oldServer) with(ctx context.Context, deadline time.Duration, fn func(c 
 		return ctx.Err()
 	}
 	if c == nil {
-		d := net.Dialer{Timeout: o.timeout}
-		nc, err := d.DialContext(ctx, "tcp", o.addr)
+		nc, err := o.open(ctx)
 		if err != nil {
 			o.conns <- nil
-			return fmt.Errorf("dial %s: %w", o.addr, err)
+			return err
 		}
 		c = &textConn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
 	}
@@ -121,10 +143,9 @@ func (o *oldServer) dump(ctx context.Context, each func(DumpEntry) error) error 
 // dumpOnce lists the items once, on a connection of its own: the crawler streams, and
 // nothing else may share the connection meanwhile.
 func (o *oldServer) dumpOnce(ctx context.Context, each func(DumpEntry) error) error {
-	d := net.Dialer{Timeout: o.timeout}
-	nc, err := d.DialContext(ctx, "tcp", o.addr)
+	nc, err := o.open(ctx)
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", o.addr, err)
+		return err
 	}
 	defer nc.Close()
 	stop := context.AfterFunc(ctx, func() { nc.Close() })

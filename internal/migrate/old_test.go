@@ -31,7 +31,7 @@ func TestDumpWaitsForBusyCrawler(t *testing.T) {
 			c.Close()
 		}
 	}()
-	o := newOldServer(ln.Addr().String(), 1, time.Second, 1<<20)
+	o := newOldServer(ln.Addr().String(), 1, time.Second, 1<<20, nil)
 	defer o.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

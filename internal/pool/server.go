@@ -43,8 +43,8 @@ type Server interface {
 // turn until every request has been executed, so that none is overtaken by the client's
 // next request.
 func DoEach(ctx context.Context, s Server, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	defer turn.Dispatched(ctx)
-	each := turn.Without(ctx)
+	each, done := turn.Defer(ctx)
+	defer done()
 	for i := range reqs {
 		errs[i] = s.Do(each, &reqs[i], resps[i:i+1])
 	}

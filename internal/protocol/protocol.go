@@ -31,6 +31,11 @@ const (
 	OpStats
 	OpQuit
 	OpNoop
+	OpMetaNoop       // mn
+	OpMetaGet        // mg
+	OpMetaSet        // ms
+	OpMetaDelete     // md
+	OpMetaArithmetic // ma
 	numOps
 )
 
@@ -56,6 +61,12 @@ var opNames = [numOps]string{
 	OpStats:     "stats",
 	OpQuit:      "quit",
 	OpNoop:      "noop",
+
+	OpMetaNoop:       "mn",
+	OpMetaGet:        "mg",
+	OpMetaSet:        "ms",
+	OpMetaDelete:     "md",
+	OpMetaArithmetic: "ma",
 }
 
 // String is the lower-case memcached command name, as used in metric labels.
@@ -78,6 +89,11 @@ func (op Op) IsStorage() bool { return op >= OpSet && op <= OpCas }
 
 // IsWrite reports whether op changes one key: a storage command, delete, incr, decr or touch.
 func (op Op) IsWrite() bool { return op >= OpSet && op <= OpTouch }
+
+// IsMeta reports whether op is a meta command (mn mg ms md ma). Meta commands carry
+// Request.Meta and answer one Response with Response.Meta; IsRetrieval, IsStorage and
+// IsWrite are false for them.
+func (op Op) IsMeta() bool { return op >= OpMetaNoop && op <= OpMetaArithmetic }
 
 // Request is one decoded client request. Byte slices point into the decoder's buffers and
 // are valid only until the next decode on the same connection: whatever keeps them longer
@@ -109,12 +125,18 @@ type Request struct {
 	Opaque  uint32 // copied into the response unchanged
 	Quiet   bool   // quiet opcode: success (get: miss) answers are suppressed
 	WithKey bool   // getk/getkq/gatk/gatkq: the key is returned with the value
+
+	// Meta commands: the flags and what they mean. Key is the decoded key (base64-decoded
+	// under the b flag) and, for ms, Value the data block.
+	Meta MetaRequest
 }
 
-// Reset clears r for reuse, keeping the capacity of its Keys slice.
+// Reset clears r for reuse, keeping the capacity of its Keys and Meta.Flags slices.
 func (r *Request) Reset() {
 	keys := r.Keys[:0]
+	flags := r.Meta.Flags[:0]
 	*r = Request{Keys: keys}
+	r.Meta.Flags = flags
 }
 
 // Status is the outcome of a request that the server answered. A miss, an existing key or a
@@ -214,9 +236,10 @@ type Response struct {
 	Value  []byte // retrieval hits: the data; version: the version string; stats: a one-line answer (OK, RESET) given instead of STAT lines
 	Flags  uint32
 	Cas    uint64
-	Number uint64 // incr/decr: the new value
-	Msg    string // StatusInvalid, StatusTempFailure: the reason shown to the client
-	Stats  []Stat // stats: the lines, in order
+	Number uint64     // incr/decr: the new value
+	Msg    string     // StatusInvalid, StatusTempFailure: the reason shown to the client
+	Stats  []Stat     // stats: the lines, in order
+	Meta   MetaAnswer // meta commands: the answer code and return flags
 }
 
 // Stat is one "STAT name value" line.

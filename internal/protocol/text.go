@@ -35,6 +35,7 @@ type TextReader struct {
 	key   []byte                // a storage command's key, copied before the data block moves r's buffer
 	value []byte                // a data block longer than r's buffer
 	toks  [textMaxTokens][]byte // the tokens of the current line
+	meta  metaScratch           // meta commands' copies of their line and key
 }
 
 // NewTextReader returns a decoder reading from r and enforcing lim.

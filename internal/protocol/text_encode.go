@@ -18,6 +18,9 @@ func AppendTextResponse(dst []byte, req *Request, resps []Response) []byte {
 	if req.Op.IsRetrieval() {
 		return appendTextRetrieval(dst, req, resps)
 	}
+	if req.Op.IsMeta() {
+		return appendMetaResponse(dst, req, resps)
+	}
 	if len(resps) == 0 {
 		// The caller broke Server's contract; say so to the client rather than hang it.
 		return appendTextLine(dst, "SERVER_ERROR ", textMsgNoAnswer)
@@ -161,6 +164,9 @@ func AppendTextError(dst []byte, e *RequestError) []byte {
 // AppendTextRequest appends req as a client sends it, data block included. Decoding the
 // result with a TextReader gives back an equal request. Binary-only fields are ignored.
 func AppendTextRequest(dst []byte, req *Request) []byte {
+	if req.Op.IsMeta() {
+		return appendMetaRequest(dst, req, true)
+	}
 	dst = append(dst, req.Op.String()...)
 	switch req.Op {
 	case OpGet, OpGets, OpGat, OpGats:

@@ -109,6 +109,16 @@ func (d *TextReader) parse(line []byte, req *Request) error {
 		// memcached's server-admin commands: answered in memcached's form (clients wait
 		// for a one-line answer, not for ERROR), saying that a proxy does not run them.
 		return textErrClient(textMsgServerAdmin(toks[0]))
+	case "mn":
+		return d.parseMeta(OpMetaNoop, line, req)
+	case "mg":
+		return d.parseMeta(OpMetaGet, line, req)
+	case "ms":
+		return d.parseMeta(OpMetaSet, line, req)
+	case "md":
+		return d.parseMeta(OpMetaDelete, line, req)
+	case "ma":
+		return d.parseMeta(OpMetaArithmetic, line, req)
 	case "stats":
 		req.Op = OpStats
 		// Everything after the command, as typed, so "stats detail dump" keeps its shape.

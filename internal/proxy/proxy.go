@@ -125,6 +125,9 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 		resps = append(resps, protocol.Response{}) // moxi logs by --log-level; accepted like memcached
 	case req.Op == protocol.OpStats:
 		resps = append(resps, p.statsResponse(ctx, t, req))
+	case req.Op.IsMeta():
+		resps = append(resps, protocol.Response{})
+		p.meta(ctx, t, req, resps[base:])
 	default:
 		resps = append(resps, protocol.Response{})
 		p.write(ctx, t, req, resps[base:])
@@ -150,7 +153,7 @@ func (p *Proxy) do(ctx context.Context, pl *pool.Pool, key []byte, req *protocol
 // write that goes to a stand-in is remembered for its server, with its expiry capped
 // (pool.Pool.LocateWrite).
 func (p *Proxy) attempt(ctx context.Context, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) (*pool.Member, error) {
-	if !req.Op.IsWrite() {
+	if !changesKey(req.Op) {
 		m := pl.Member(pl.Locate(key))
 		return m, m.Server.Do(ctx, req, resps)
 	}
@@ -160,6 +163,9 @@ func (p *Proxy) attempt(ctx context.Context, pl *pool.Pool, key []byte, req *pro
 		return m, m.Server.Do(ctx, req, resps)
 	}
 	defer written.Done()
+	if req.Op.IsMeta() { // its TTL is one of its flags: remembered, not capped
+		return m, m.Server.Do(ctx, req, resps)
+	}
 	capped := *req
 	capped.Exptime = pl.StandInExptime(req.Exptime)
 	return m, m.Server.Do(ctx, &capped, resps)
@@ -199,6 +205,8 @@ func retryable(op protocol.Op) bool {
 	switch op {
 	case protocol.OpIncr, protocol.OpDecr, protocol.OpAppend, protocol.OpPrepend, protocol.OpAdd, protocol.OpCas:
 		return false
+	case protocol.OpMetaSet, protocol.OpMetaDelete, protocol.OpMetaArithmetic:
+		return false // modes, cas, invalidation and vivification make any of them unsafe to repeat
 	}
 	return true
 }

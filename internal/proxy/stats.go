@@ -94,6 +94,13 @@ func (c *counters) count(req *protocol.Request, resps []protocol.Response) {
 		hitOrMiss(&c.touchHits, &c.touchMisses)
 	case protocol.OpFlushAll:
 		c.cmdFlush.Add(1)
+	case protocol.OpMetaGet:
+		c.cmdGet.Add(1)
+		hitOrMiss(&c.getHits, &c.getMisses)
+	case protocol.OpMetaSet:
+		c.cmdSet.Add(1)
+	case protocol.OpMetaDelete:
+		hitOrMiss(&c.deleteHits, &c.deleteMisses)
 	}
 }
 

@@ -66,14 +66,15 @@ func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []
 	b := getWriteBatch()
 	defer putWriteBatch(b)
 	if !b.group(t, reqs) {
-		one := turn.Without(ctx) // the turn is given on when the run is done
+		each, done := turn.Defer(ctx) // the turn is given on when the run is done
+		defer done()
 		for i := range reqs {
-			p.Handle(one, &reqs[i], resps[i:i])
+			p.Handle(each, &reqs[i], resps[i:i])
 		}
 		return
 	}
 	for i := range reqs {
-		if req := &reqs[i]; req.Op.IsWrite() {
+		if req := &reqs[i]; changesKey(req.Op) {
 			p.writes.begin(req.Key)
 			p.settle(t, req.Key)
 			if inBackground(t, req) {
@@ -89,9 +90,9 @@ func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []
 			if len(t.Backups) > 0 {
 				p.readBackup(ctx, t, req, resps[i:i+1], nil)
 			}
-		} else {
+		} else if changesKey(req.Op) {
 			p.settle(t, req.Key)
-			if bp := t.Backups[t.PoolFor(req.Key)]; bp != nil && !inBackground(t, req) {
+			if bp := t.Backups[t.PoolFor(req.Key)]; bp != nil && req.Op.IsWrite() && !inBackground(t, req) {
 				p.mirror(bp, req, &resps[i])
 			}
 			p.writes.end(req.Key)
@@ -145,7 +146,7 @@ func (b *writeBatch) group(t *topology.Topology, reqs []protocol.Request) bool {
 		}
 		pl := t.PoolFor(key)
 		m := pl.Member(pl.Locate(key))
-		if req.Op.IsWrite() && pl.Failover() && m != pl.Member(pl.Owner(key)) {
+		if changesKey(req.Op) && pl.Failover() && m != pl.Member(pl.Owner(key)) {
 			return false
 		}
 		b.add(pl, m, i)

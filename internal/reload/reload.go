@@ -34,10 +34,11 @@ type Loaded struct {
 	Sum    Sum
 }
 
-// Load reads and parses the file at path, or the built-in default when path is "", and then
-// lets override adjust it (the command line's --listen and --admin); override may be nil.
-// When the file was read but is not a valid config, the error comes with Sum set and no
-// Config.
+// Load reads and parses the file at path, or the built-in default when path is "", reads
+// the TLS files it names (config.LoadTLS: so every reload rereads rotated certificates),
+// and then lets override adjust it (the command line's --listen and --admin); override may
+// be nil. When the file was read but is not a valid config, the error comes with Sum set and
+// no Config.
 func Load(path string, override func(*config.Config) error) (Loaded, error) {
 	var l Loaded
 	if path == "" {
@@ -49,6 +50,9 @@ func Load(path string, override func(*config.Config) error) (Loaded, error) {
 		}
 		l.Sum = sha256.Sum256(data)
 		if l.Config, err = config.Parse(data, path); err != nil {
+			return Loaded{Sum: l.Sum}, err
+		}
+		if err := l.Config.LoadTLS(path); err != nil {
 			return Loaded{Sum: l.Sum}, err
 		}
 	}

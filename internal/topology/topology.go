@@ -5,9 +5,11 @@ package topology
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/migrate"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/tlsfiles"
 )
 
 // Builder makes topologies and owns the servers they use. Safe for concurrent use, though
@@ -59,6 +62,7 @@ type serverKey struct {
 	failureLimit        int
 	backoff, backoffMax time.Duration
 	limits              protocol.Limits
+	tls                 tlsfiles.Sum // what the pool's TLS files held: rotated files mean new connections
 }
 
 // MaxStandInKeys bounds the keys a process remembers having written to stand-ins
@@ -94,6 +98,11 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	}
 	byName := make(map[string]*pool.Pool, len(cfg.Pools))
 	for _, pc := range cfg.Pools {
+		if pc.TLS != nil && pc.TLS.Config == nil && b.Dial {
+			// Never fall back to plaintext because a caller forgot the files.
+			pd.abortLocked()
+			return nil, fmt.Errorf("pool %s: its tls files were not loaded (config.LoadTLS)", pc.Name)
+		}
 		p, err := pool.New(pc.Name, pool.Options{
 			Distribution: pc.Distribution,
 			Hash:         pc.Hash,
@@ -157,6 +166,14 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 		}
 		return members
 	}
+	var tlsConf *tls.Config
+	var tlsSum tlsfiles.Sum
+	if pc.TLS != nil {
+		tlsConf, tlsSum = pc.TLS.Config, pc.TLS.Sum
+	}
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		return backend.Dial(ctx, addr, pc.ConnectTimeout, tlsConf)
+	}
 	members := make([]pool.Member, len(pc.Servers))
 	for i, sc := range pc.Servers {
 		m := &members[i]
@@ -166,6 +183,7 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 				pool: pc.Name, addr: addr, name: m.Name, embeddedIndex: -1,
 				connections: pc.Connections, connectTimeout: pc.ConnectTimeout, timeout: pc.Timeout,
 				failureLimit: pc.FailureLimit, backoff: pc.DeadBackoff, backoffMax: pc.DeadBackoffMax, limits: lim,
+				tls: tlsSum,
 			}
 			return b.server(pd, key, func() pool.Server {
 				if !b.Dial {
@@ -180,6 +198,7 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 					RetryMin:       pc.DeadBackoff,
 					RetryMax:       pc.DeadBackoffMax,
 					Limits:         lim,
+					TLS:            tlsConf,
 					Logger:         b.logger().With("pool", pc.Name, "server", m.Name),
 					Observe:        b.observer(pc.Name, m.Name),
 				})
@@ -195,7 +214,7 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 				return migrate.New(migrate.Options{
 					Pool: pc.Name, Name: m.Name, From: sc.MigrateFrom, To: sc.Addr,
 					New: m.Server, At: sc.MigrateAt, Old: old, Rate: pc.MigrateRate, Timeout: pc.Timeout + pc.ConnectTimeout,
-					MaxValue: lim.MaxValueBytes, Logger: b.logger(),
+					MaxValue: lim.MaxValueBytes, Dial: dial, Logger: b.logger(),
 				})
 			})
 		}

@@ -23,6 +23,12 @@ type Chain struct {
 
 	mu   sync.Mutex
 	last *Turn // the newest turn not yet released, nil when every turn is; guarded by mu
+
+	// paths is the path of the last dispatch to each server (see Switch); forgot says
+	// entries were dropped to bound it, so a server not in it may have any. Guarded by mu.
+	paths      map[any]Path
+	forgot     bool
+	otherPaths atomic.Bool // a path other than 0 was ever used: paths is not empty
 }
 
 // NewChain returns the chain of a connection whose requests go to backend connection
@@ -104,6 +110,21 @@ func (t *Turn) Release() {
 	}
 }
 
+// Defer returns a context for dispatches made one after the other on behalf of the request
+// ctx carries — each on the connection's affinity, minding its paths (Switch) — that do not
+// give its turn on, and done, which counts them as the request's one dispatch (see
+// Dispatched: with Split or Hold, that need not give the turn on either). Call done after
+// the last of them, or after it failed.
+func Defer(ctx context.Context) (each context.Context, done func()) {
+	t := From(ctx)
+	if t == nil || t.chain == nil {
+		return ctx, func() {}
+	}
+	stand := &Turn{chain: t.chain} // same connection, but never released by a dispatch
+	stand.held.Store(true)
+	return With(ctx, stand), func() { Dispatched(ctx) }
+}
+
 // ContextKey is the context key of a request's *Turn. With sets it; a caller's own
 // context type may answer Value(ContextKey{}) itself to avoid With's allocation.
 type ContextKey struct{}
@@ -111,12 +132,6 @@ type ContextKey struct{}
 // With returns ctx carrying t, for the servers that dispatch the request.
 func With(ctx context.Context, t *Turn) context.Context {
 	return context.WithValue(ctx, ContextKey{}, t)
-}
-
-// Without returns ctx carrying no turn: what is done with it neither gives the turn on nor
-// uses the connection's affinity.
-func Without(ctx context.Context) context.Context {
-	return context.WithValue(ctx, ContextKey{}, (*Turn)(nil))
 }
 
 // From is the turn ctx carries, or nil.
@@ -155,4 +170,47 @@ func Affinity(ctx context.Context) (uint32, bool) {
 		return 0, false
 	}
 	return t.chain.affinity, true
+}
+
+// Path is one of a server's kinds of connection. A server may keep more than one (the
+// backend's binary connections and its meta-protocol ones), and memcached keeps order only
+// within a connection.
+type Path uint8
+
+// maxPaths bounds the servers a Chain remembers paths for.
+const maxPaths = 64
+
+// Switch records that the request is about to be dispatched to server on path, and reports
+// whether the connection's previous pipelined request to server may have gone on another
+// path. That one may not have been executed yet, so the caller first waits for it (a round
+// trip on that path) and only then sends this one. Path 0 is the common one: a server the
+// connection never used another path for costs no bookkeeping. A request without a turn
+// never switches: nothing of its connection is in flight.
+func Switch(ctx context.Context, server any, path Path) bool {
+	t := From(ctx)
+	if t == nil || t.chain == nil {
+		return false
+	}
+	c := t.chain
+	if path == 0 && !c.otherPaths.Load() {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last, known := c.paths[server]
+	switch {
+	case known && last == path:
+		return false
+	case !known && path == 0 && !c.forgot:
+		return false // only ever used path 0, unrecorded
+	}
+	if c.paths == nil {
+		c.paths = make(map[any]Path)
+		c.otherPaths.Store(true)
+	} else if !known && len(c.paths) >= maxPaths {
+		clear(c.paths)
+		c.forgot = true
+	}
+	c.paths[server] = path
+	return true // unknown and not path 0: path 0 may have requests in flight
 }

@@ -70,3 +70,50 @@ func TestStatsSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheMemlimit: cache_memlimit reaches every server (pymemcache's cache_memlimit, and
+// memcached's t/dyn-maxbytes.t, expect OK), embedded shards included.
+func TestCacheMemlimit(t *testing.T) {
+	servers := cluster(t, 3)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"three servers", []string{"--config", writeConfig(t, poolConfig("", addrs(servers)...))}},
+		{"embedded", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			moxi := startMoxi(t, tc.args...)
+			c, err := net.Dial("tcp", moxi.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			r := bufio.NewReader(c)
+			if got := roundTrip(t, c, r, "cache_memlimit 50\r\n", "OK"); !slices.Equal(got, []string{"OK"}) {
+				t.Fatalf("cache_memlimit 50: %q", got)
+			}
+			lines := roundTrip(t, c, r, "stats proxy\r\n", "END")
+			limits := 0
+			for _, l := range lines {
+				if strings.HasSuffix(l, ":limit_maxbytes 52428800") {
+					limits++
+				}
+			}
+			if tc.name == "embedded" && limits != 2 {
+				t.Errorf("embedded shards with limit_maxbytes 50 MiB: %d of 2\n%s", limits, strings.Join(lines, "\n"))
+			}
+		})
+	}
+	for _, s := range servers {
+		c, err := net.Dial("tcp", s.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := roundTrip(t, c, bufio.NewReader(c), "stats\r\n", "END")
+		c.Close()
+		if !slices.Contains(lines, "STAT limit_maxbytes 52428800") {
+			t.Errorf("memcached %s did not get the limit", s.Addr)
+		}
+	}
+}

@@ -123,8 +123,11 @@ func (s *Server) Close() error {
 // Do sends req and waits for its answer (see pool.Server). A retrieval of several keys is
 // one batch of quiet gets ended by a noop; a key repeated in it is asked for once.
 func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
-	if req.Op.IsMeta() {
+	switch {
+	case req.Op.IsMeta():
 		return s.doMeta(ctx, req, &resps[0])
+	case req.Op == protocol.OpCacheMemlimit:
+		return s.doText(ctx, req, &resps[0])
 	}
 	cl := s.getCall()
 	defer s.putCall(cl)

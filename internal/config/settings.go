@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net"
 	"strconv"
 	"strings"
 
@@ -11,14 +12,26 @@ import (
 type Setting struct{ Name, Value string }
 
 // Settings lists the effective config for "stats settings": first the few settings memcached
-// also has, under memcached's names (so tools that read them find them), then every key of
+// also has, under memcached's names (so tools that read them find them; evictions, cas and
+// flush_all are what the servers behind a proxy do), then every key of
 // YAML's rendering, named by its path ("pools.main.timeout", "routes.0.prefix"), lists
 // joined by commas and empty strings shown as NULL, as memcached shows an unset setting.
 func (c *Config) Settings() ([]Setting, error) {
+	socket, port := "NULL", "0"
+	if UnixSocket(c.Listen) {
+		socket = c.Listen
+	} else if _, p, err := net.SplitHostPort(c.Listen); err == nil {
+		port = p
+	}
 	out := []Setting{
 		{"maxconns", strconv.Itoa(c.Limits.MaxConnections)},
+		{"tcpport", port},
+		{"domain_socket", socket},
 		{"item_size_max", strconv.Itoa(c.Limits.MaxValueBytes)},
 		{"binding_protocol", "auto-negotiate"},
+		{"evictions", "on"},
+		{"cas_enabled", "yes"},
+		{"flush_enabled", "yes"},
 	}
 	b, err := c.YAML()
 	if err != nil {

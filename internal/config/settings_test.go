@@ -34,6 +34,8 @@ default_pool: main
 	for name, want := range map[string]string{
 		"maxconns":             "10000",
 		"item_size_max":        "1048576",
+		"tcpport":              "11311",
+		"domain_socket":        "NULL",
 		"listen":               "127.0.0.1:11311",
 		"admin":                "NULL",
 		"pools.main.servers":   "127.0.0.1:11212,127.0.0.1:11213",

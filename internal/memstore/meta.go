@@ -29,7 +29,40 @@ func (s *Store) handleMeta(req *protocol.Request, r *protocol.Response, now int6
 		s.metaDelete(req, r, now)
 	case protocol.OpMetaArithmetic:
 		s.metaArithmetic(req, r, now)
+	case protocol.OpMetaDebug:
+		s.metaDebug(req, r, now)
 	}
+}
+
+// metaDebug answers me: "ME <key> exp= la= cas= fetch= cls= size=", as memcached 1.6.18
+// prints them — exp is its now minus the expiry, negative while the item lives, or -1 —
+// or EN. cls, memcached's slab class, is 1: the store has no slab classes.
+func (s *Store) metaDebug(req *protocol.Request, r *protocol.Response, now int64) {
+	it := s.lookup(req.Key, now)
+	if it == nil {
+		metaAnswer(r, protocol.MetaEN, nil)
+		return
+	}
+	flags := []byte{' '}
+	if it.binaryKey {
+		flags = base64.StdEncoding.AppendEncode(flags, []byte(it.key))
+	} else {
+		flags = append(flags, it.key...)
+	}
+	exp := int64(-1)
+	if it.exptime != 0 {
+		exp = now - it.exptime
+	}
+	fetch := "no"
+	if it.fetched {
+		fetch = "yes"
+	}
+	flags = strconv.AppendInt(append(flags, " exp="...), exp, 10)
+	flags = strconv.AppendInt(append(flags, " la="...), now-it.atime, 10)
+	flags = strconv.AppendUint(append(flags, " cas="...), it.cas, 10)
+	flags = append(append(flags, " fetch="...), fetch...)
+	flags = strconv.AppendInt(append(flags, " cls=1 size="...), mcItemSize(len(it.key), len(it.value), it.flags), 10)
+	metaAnswer(r, protocol.MetaME, flags)
 }
 
 // metaAnswer sets r to the code; flags is the return flags text, the store's own.

@@ -43,7 +43,7 @@ type Options struct {
 // (every modification builds a new slice), so callers may keep them without copying.
 type Store struct {
 	now      func() time.Time // read-only after New
-	maxBytes int64            // read-only after New
+	maxBytes int64            // guarded by mu (cache_memlimit changes it)
 	version  []byte           // read-only after New; handed out in responses, never modified
 	requests atomic.Uint64    // requests handed to Do, for the admin views
 
@@ -111,12 +111,16 @@ func (s *Store) Do(ctx context.Context, req *protocol.Request, resps []protocol.
 		s.handleTouch(req, r, now)
 	case protocol.OpFlushAll:
 		s.handleFlush(req, now)
+	case protocol.OpCacheMemlimit:
+		// As memcached: a new limit, down to which the least recently used items go now.
+		s.maxBytes = int64(req.Delta) << 20
+		s.makeRoom(0, now)
 	case protocol.OpVersion:
 		r.Value = s.version
 	case protocol.OpStats:
 		// Any stats argument gets the general stats: a shard has no slabs or settings to show.
 		r.Stats = s.statsLocked()
-	case protocol.OpMetaNoop, protocol.OpMetaGet, protocol.OpMetaSet, protocol.OpMetaDelete, protocol.OpMetaArithmetic:
+	case protocol.OpMetaNoop, protocol.OpMetaGet, protocol.OpMetaSet, protocol.OpMetaDelete, protocol.OpMetaArithmetic, protocol.OpMetaDebug:
 		s.handleMeta(req, r, now)
 	case protocol.OpVerbosity, protocol.OpNoop, protocol.OpQuit:
 		// Nothing to do: the answer is OK, and quitting is the connection's business.

@@ -73,9 +73,10 @@ const (
 	MetaNS            // not stored
 	MetaEX            // exists: cas mismatch
 	MetaMN            // mn
+	MetaME            // me: the item's metadata, in Flags
 )
 
-var metaCodeNames = [...]string{"", "VA", "HD", "EN", "NF", "NS", "EX", "MN"}
+var metaCodeNames = [...]string{"", "VA", "HD", "EN", "NF", "NS", "EX", "MN", "ME"}
 
 // String is the code as written on the wire ("" for MetaNone).
 func (c MetaCode) String() string {

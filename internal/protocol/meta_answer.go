@@ -134,7 +134,7 @@ func parseAnswerError(line []byte, resp *Response) bool {
 }
 
 func metaCodeFromWire(b []byte) MetaCode {
-	for c := MetaVA; c <= MetaMN; c++ {
+	for c := MetaVA; c <= MetaME; c++ {
 		if string(b) == c.String() {
 			return c
 		}

@@ -268,3 +268,24 @@ func metaParseInt32(b []byte) (int64, bool) {
 func isCSpace(c byte) bool {
 	return c == ' ' || (c >= '\t' && c <= '\r')
 }
+
+// parseMetaDebug parses "me <key> [b]" as memcached 1.6.18 does: a b right after the key
+// means a base64 key; anything else after the key is ignored.
+func (d *TextReader) parseMetaDebug(toks [][]byte, req *Request) error {
+	if len(toks) < 2 || len(toks[1]) > d.lim.MaxKeyBytes {
+		return textErrBadFormat()
+	}
+	req.Op = OpMetaDebug
+	m := &req.Meta
+	m.KeyToken, req.Key = toks[1], toks[1]
+	if len(toks) >= 3 && string(toks[2]) == "b" {
+		key, ok := MetaDecodeKey(d.meta.key[:0], m.KeyToken)
+		d.meta.key = key
+		if !ok {
+			return textErrBadFormat()
+		}
+		m.Base64, req.Key = true, key
+		m.Flags = append(m.Flags, MetaFlag{Letter: 'b'})
+	}
+	return nil
+}

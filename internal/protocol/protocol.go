@@ -36,6 +36,8 @@ const (
 	OpMetaSet        // ms
 	OpMetaDelete     // md
 	OpMetaArithmetic // ma
+	OpMetaDebug      // me: an item's metadata
+	OpCacheMemlimit  // cache_memlimit <megabytes>: every server's memory limit
 	numOps
 )
 
@@ -67,6 +69,9 @@ var opNames = [numOps]string{
 	OpMetaSet:        "ms",
 	OpMetaDelete:     "md",
 	OpMetaArithmetic: "ma",
+	OpMetaDebug:      "me",
+
+	OpCacheMemlimit: "cache_memlimit",
 }
 
 // String is the lower-case memcached command name, as used in metric labels.
@@ -90,10 +95,10 @@ func (op Op) IsStorage() bool { return op >= OpSet && op <= OpCas }
 // IsWrite reports whether op changes one key: a storage command, delete, incr, decr or touch.
 func (op Op) IsWrite() bool { return op >= OpSet && op <= OpTouch }
 
-// IsMeta reports whether op is a meta command (mn mg ms md ma). Meta commands carry
+// IsMeta reports whether op is a meta command (mn mg ms md ma me). Meta commands carry
 // Request.Meta and answer one Response with Response.Meta; IsRetrieval, IsStorage and
 // IsWrite are false for them.
-func (op Op) IsMeta() bool { return op >= OpMetaNoop && op <= OpMetaArithmetic }
+func (op Op) IsMeta() bool { return op >= OpMetaNoop && op <= OpMetaDebug }
 
 // Request is one decoded client request. Byte slices point into the decoder's buffers and
 // are valid only until the next decode on the same connection: whatever keeps them longer
@@ -110,7 +115,7 @@ type Request struct {
 	Flags   uint32 // storage commands: client flags
 	Exptime int64  // storage, touch, gat: expiry as sent (see memcached's rules); flush_all: delay
 	Cas     uint64 // cas, gets-less compare for binary; 0 means none
-	Delta   uint64 // incr/decr amount
+	Delta   uint64 // incr/decr amount; cache_memlimit: the limit in megabytes
 	Initial uint64 // binary incr/decr: value stored when the key is missing and Create is set
 	Create  bool   // binary incr/decr: create the key with Initial when missing (exptime != 0xffffffff)
 	Level   uint32 // verbosity level
@@ -281,6 +286,9 @@ type RequestError struct {
 	// under it, so that no value older than the failed write stays readable. Valid until
 	// the next Read.
 	Unlink []byte
+	// Line, when set, is memcached's whole text answer where it follows none of the
+	// forms above ("ERROR: shutdown not enabled", "MEMLIMIT_TOO_SMALL …").
+	Line string
 }
 
 func (e *RequestError) Error() string {

@@ -39,6 +39,11 @@ func AppendTextResponse(dst []byte, req *Request, resps []Response) []byte {
 		return append(dst, textCRLF...)
 	case OpTouch:
 		return append(dst, "TOUCHED\r\n"...)
+	case OpCacheMemlimit:
+		if resp.Value != nil { // a server's own answer, when not OK
+			return appendTextLine(dst, string(resp.Value), "")
+		}
+		return append(dst, "OK\r\n"...)
 	case OpVersion:
 		dst = append(dst, "VERSION "...)
 		dst = append(dst, resp.Value...)
@@ -151,6 +156,9 @@ func appendTextLine(dst []byte, prefix, msg string) []byte {
 // AppendTextError appends memcached's answer to a rejected request: "ERROR",
 // "CLIENT_ERROR <msg>" or "SERVER_ERROR <msg>", with "\r\n".
 func AppendTextError(dst []byte, e *RequestError) []byte {
+	if e.Line != "" {
+		return appendTextLine(dst, e.Line, "")
+	}
 	switch e.Status {
 	case StatusUnknownCommand:
 		return append(dst, "ERROR\r\n"...)
@@ -201,6 +209,9 @@ func AppendTextRequest(dst []byte, req *Request) []byte {
 	case OpIncr, OpDecr:
 		dst = append(dst, ' ')
 		dst = append(dst, req.Key...)
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, req.Delta, 10)
+	case OpCacheMemlimit:
 		dst = append(dst, ' ')
 		dst = strconv.AppendUint(dst, req.Delta, 10)
 	case OpTouch:

@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"math"
+	"strconv"
 )
 
 // textMaxTokens is how many tokens of a line are kept. No command other than a retrieval or
@@ -105,10 +106,19 @@ func (d *TextReader) parse(line []byte, req *Request) error {
 	case "quit":
 		req.Op = OpQuit
 		return nil
-	case "slabs", "lru", "lru_crawler", "cache_memlimit", "watch", "shutdown":
+	case "cache_memlimit":
+		return parseTextMemlimit(toks, req)
+	case "slabs":
+		return parseTextSlabs(toks)
+	case "lru", "lru_crawler":
 		// memcached's server-admin commands: answered in memcached's form (clients wait
 		// for a one-line answer, not for ERROR), saying that a proxy does not run them.
 		return textErrClient(textMsgServerAdmin(toks[0]))
+	case "watch":
+		return textErrClient("watch commands not allowed") // memcached's answer with watch off
+	case "shutdown":
+		// memcached's answer without -A, whatever follows: a client cannot stop a proxy.
+		return &RequestError{Status: StatusUnknownCommand, Line: "ERROR: shutdown not enabled"}
 	case "mn":
 		return d.parseMeta(OpMetaNoop, line, req)
 	case "mg":
@@ -119,6 +129,8 @@ func (d *TextReader) parse(line []byte, req *Request) error {
 		return d.parseMeta(OpMetaDelete, line, req)
 	case "ma":
 		return d.parseMeta(OpMetaArithmetic, line, req)
+	case "me":
+		return d.parseMetaDebug(toks, req)
 	case "stats":
 		req.Op = OpStats
 		// Everything after the command, as typed, so "stats detail dump" keeps its shape.
@@ -348,4 +360,52 @@ func parseTextVerbosity(toks [][]byte, req *Request) error {
 	}
 	req.Level = level
 	return nil
+}
+
+// parseTextMemlimit parses "cache_memlimit <megabytes> [noreply]", with memcached's checks
+// and answers.
+func parseTextMemlimit(toks [][]byte, req *Request) error {
+	req.NoReply = textNoReply(toks)
+	if len(toks) < 2 {
+		return textErrUnknown()
+	}
+	mb, ok := textParseUint32(toks[1])
+	switch {
+	case !ok:
+		return textErrUnknown()
+	case mb < 8:
+		return &RequestError{Status: StatusInvalid, Line: "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"}
+	case mb > 1_000_000_000:
+		return &RequestError{Status: StatusInvalid, Line: "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"}
+	}
+	req.Op, req.Delta = OpCacheMemlimit, uint64(mb)
+	return nil
+}
+
+// parseTextSlabs answers "slabs …": memcached's checks of "slabs automove", then, for a
+// command it would carry out, that a proxy does not.
+func parseTextSlabs(toks [][]byte) error {
+	switch {
+	case len(toks) >= 3 && string(toks[1]) == "reassign":
+	case len(toks) >= 3 && string(toks[1]) == "automove":
+		if string(toks[2]) == "ratio" {
+			if len(toks) < 4 {
+				return textErrUnknown()
+			}
+			if _, err := strconv.ParseFloat(string(toks[3]), 64); err != nil {
+				return textErrUnknown()
+			}
+			break
+		}
+		level, ok := textParseUint32(toks[2])
+		if !ok {
+			return textErrBadFormat()
+		}
+		if level > 2 {
+			return textErrUnknown()
+		}
+	default:
+		return textErrUnknown()
+	}
+	return textErrClient(textMsgServerAdmin(toks[0]))
 }

@@ -114,11 +114,13 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 	case req.Op.IsRetrieval():
 		resps = p.retrieve(ctx, t, req, resps)
 	case req.Op == protocol.OpFlushAll:
-		resps = append(resps, p.flushAll(ctx, t, req))
+		resps = append(resps, p.everyServer(ctx, t, req))
 		if t.Hot != nil {
 			t.Hot.Purge()
 		}
 		p.flights.ForgetAll()
+	case req.Op == protocol.OpCacheMemlimit:
+		resps = append(resps, p.everyServer(ctx, t, req))
 	case req.Op == protocol.OpVersion:
 		resps = append(resps, protocol.Response{Value: []byte(p.version)})
 	case req.Op == protocol.OpVerbosity:
@@ -139,6 +141,7 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 // account counts a request answered with resps, which started at start.
 func (p *Proxy) account(req *protocol.Request, resps []protocol.Response, start time.Time) {
 	p.stats.count(req, resps)
+	p.stats.detail.record(req, resps) // one atomic load while "stats detail" is off
 	p.metrics.requests[req.Op].Inc()
 	p.metrics.duration[req.Op].Observe(time.Since(start).Seconds())
 }
@@ -211,9 +214,9 @@ func retryable(op protocol.Op) bool {
 	return true
 }
 
-// flushAll sends flush_all to every server of every pool, in parallel; the answer is OK when
-// every server said OK, else the first failure.
-func (p *Proxy) flushAll(ctx context.Context, t *topology.Topology, req *protocol.Request) protocol.Response {
+// everyServer sends req (flush_all, cache_memlimit) to every server of every pool, in
+// parallel; the answer is OK when every server said OK, else the first other answer.
+func (p *Proxy) everyServer(ctx context.Context, t *topology.Topology, req *protocol.Request) protocol.Response {
 	members := t.Members()
 	answers := make([]protocol.Response, len(members))
 	turn.Split(ctx, len(members))
@@ -229,7 +232,7 @@ func (p *Proxy) flushAll(ctx context.Context, t *topology.Topology, req *protoco
 	}
 	wg.Wait()
 	for _, a := range answers {
-		if a.Status != protocol.StatusOK {
+		if a.Status != protocol.StatusOK || a.Value != nil {
 			return a
 		}
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"runtime"
@@ -27,11 +28,14 @@ type counters struct {
 
 	backupReads, backupHits               atomic.Uint64 // keys asked of a backup pool, and found
 	mirrors, mirrorErrors, mirrorsDropped atomic.Uint64 // writes copied to a backup pool
+
+	detail prefixStats // "stats detail": counts per key prefix, while on
 }
 
-// reset zeroes the counters, for "stats reset" (the Prometheus counters are not touched:
-// they only ever grow).
+// reset zeroes the counters and forgets the prefixes of "stats detail", for "stats reset"
+// (the Prometheus counters are not touched: they only ever grow).
 func (c *counters) reset() {
+	c.detail.reset()
 	for _, v := range []*atomic.Uint64{
 		&c.cmdGet, &c.getHits, &c.getMisses, &c.cmdSet, &c.cmdFlush, &c.cmdTouch,
 		&c.deleteHits, &c.deleteMisses, &c.incrHits, &c.incrMisses, &c.decrHits, &c.decrMisses,
@@ -111,7 +115,8 @@ func (c *counters) count(req *protocol.Request, resps []protocol.Response) {
 //   - "settings" is the running config (Options.Settings);
 //   - "items", "slabs", "sizes", "conns" and "cachedump" are empty: they describe one
 //     memcached's memory, which a proxy in front of many has none of (ask the servers);
-//   - "detail on|off|dump" and "reset" answer as memcached does.
+//   - "detail on|off|dump" is moxi's count per key prefix, as memcached's (prefixStats);
+//   - "reset" answers as memcached does.
 //
 // Any other group is unknown (ERROR), as on memcached.
 func (p *Proxy) statsResponse(ctx context.Context, t *topology.Topology, req *protocol.Request) protocol.Response {
@@ -145,19 +150,37 @@ func (p *Proxy) statsResponse(ctx context.Context, t *topology.Topology, req *pr
 		}
 		return protocol.Response{Stats: []protocol.Stat{}}
 	case "detail":
-		switch strings.TrimSpace(rest) {
-		case "on", "off":
-			return protocol.Response{Value: []byte("OK")}
-		case "dump":
-			return protocol.Response{Stats: []protocol.Stat{}}
-		}
-		return protocol.Response{Status: protocol.StatusInvalid, Msg: "usage: stats detail on|off|dump"}
+		return p.statsDetail(req, rest)
 	case "reset":
 		p.stats.reset()
 		return protocol.Response{Value: []byte("RESET")}
 	default:
 		return protocol.Response{Status: protocol.StatusUnknownCommand}
 	}
+}
+
+// statsDetail answers "stats detail <sub>" as memcached does: on and off answer OK (in
+// binary, an empty stats answer), dump the prefix lines then END. Only the first word
+// counts, as on memcached. Binary has no room for lines outside a stat, so there the dump
+// is one stat named "detailed" holding every line, END included, as memcached sends it.
+func (p *Proxy) statsDetail(req *protocol.Request, sub string) protocol.Response {
+	word, _, _ := strings.Cut(strings.TrimLeft(sub, " "), " ")
+	d := &p.stats.detail
+	switch word {
+	case "on", "off":
+		d.on.Store(word == "on")
+		return protocol.Response{Value: []byte("OK")}
+	case "dump":
+		dump := d.dump()
+		if req.Binary {
+			return protocol.Response{Stats: []protocol.Stat{{Name: "detailed", Value: string(dump)}}}
+		}
+		return protocol.Response{Value: bytes.TrimSuffix(dump, []byte("\r\n"))} // the encoder ends the line
+	}
+	if req.Binary {
+		return protocol.Response{Status: protocol.StatusNotFound}
+	}
+	return protocol.Response{Status: protocol.StatusInvalid, Msg: "usage: stats detail on|off|dump"}
 }
 
 // maxSlabClasses is memcached's MAX_NUMBER_OF_SLAB_CLASSES, the bound of "stats cachedump".

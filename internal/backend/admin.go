@@ -1,0 +1,38 @@
+package backend
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
+)
+
+// doText sends a server-admin command the binary protocol has no opcode for
+// (cache_memlimit) in the text protocol, on a connection of its own, and reads memcached's
+// one-line answer into resp: OK, or its other line verbatim in resp.Value. Such commands
+// are rare; a connection kept for them would be idle.
+func (s *Server) doText(ctx context.Context, req *protocol.Request, resp *protocol.Response) error {
+	defer turn.Dispatched(ctx)
+	nc, err := s.dial(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: connect: %w", s.opts.Addr, err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(s.opts.Timeout))
+	if _, err := nc.Write(protocol.AppendTextRequest(nil, req)); err != nil {
+		return fmt.Errorf("%s: %w", s.opts.Addr, err)
+	}
+	line, err := bufio.NewReaderSize(nc, 512).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.opts.Addr, err)
+	}
+	*resp = protocol.Response{}
+	if line = strings.TrimSuffix(line, "\r\n"); line != "OK" {
+		resp.Value = []byte(line)
+	}
+	return nil
+}

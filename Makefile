@@ -1,13 +1,19 @@
-# moxi: `make run` builds and starts moxi on its embedded default; `make test` runs every test.
+# moxi: `make run` builds and starts moxi on its embedded default; `make demo` starts it in
+# front of three local memcached (after `make deps`); `make test` runs every test.
 export PATH := $(PATH):/usr/local/go/bin:/usr/sbin
 
-.PHONY: build run test deps fuzz bench
+.PHONY: build run demo test deps fuzz bench
 
 build:
 	go build -o bin/moxi ./cmd/moxi
 
 run: build
 	./bin/moxi
+
+# Three memcached on 127.0.0.1:11401-11403, moxi on 127.0.0.1:11400 (configs/demo.yaml);
+# prints what to try; Ctrl-C stops them all.
+demo: build
+	./scripts/demo.sh
 
 deps:
 	./scripts/install-deps.sh

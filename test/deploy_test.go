@@ -3,6 +3,7 @@ package test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -21,6 +23,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -40,13 +43,10 @@ const (
 	configsDir = "../configs"
 )
 
-// contractMetrics is the /metrics row of the CONTRACT: each family, its type and the labels
-// every one of its series carries.
-var contractMetrics = []struct {
-	name   string
-	typ    dto.MetricType
-	labels []string
-}{
+// contractMetrics is the /metrics row of CONTRACT.md ("Admin HTTP"): each family, its type
+// and the labels every one of its series carries. The dashboard and the alerts may query
+// these names and no others (beyondContract aside).
+var contractMetrics = []exportedMetric{
 	{"moxi_requests_total", dto.MetricType_COUNTER, []string{"command"}},
 	{"moxi_request_duration_seconds", dto.MetricType_HISTOGRAM, nil},
 	{"moxi_backend_requests_total", dto.MetricType_COUNTER, []string{"pool", "server"}},
@@ -59,12 +59,51 @@ var contractMetrics = []struct {
 	{"moxi_fire_and_forget_pending", dto.MetricType_GAUGE, nil},
 	{"moxi_config_reloads_total", dto.MetricType_COUNTER, []string{"result"}},
 	{"moxi_migration_keys_copied", dto.MetricType_GAUGE, []string{"pool", "server"}},
+	{"moxi_migration_keys_listed", dto.MetricType_GAUGE, []string{"pool", "server"}},
+	{"moxi_migration_phase", dto.MetricType_GAUGE, []string{"pool", "server", "phase"}},
+	{"moxi_build_info", dto.MetricType_GAUGE, []string{"version", "goversion"}},
+	{"moxi_config_last_reload_successful", dto.MetricType_GAUGE, nil},
+	{"moxi_config_last_reload_success_timestamp_seconds", dto.MetricType_GAUGE, nil},
+	{"moxi_get_hits_total", dto.MetricType_COUNTER, nil},
+	{"moxi_get_misses_total", dto.MetricType_COUNTER, nil},
+	{"moxi_error_answers_total", dto.MetricType_COUNTER, []string{"kind"}},
+	{"moxi_connections_total", dto.MetricType_COUNTER, []string{"result"}},
+	{"moxi_warmup_reads_total", dto.MetricType_COUNTER, []string{"pool", "result"}},
+	{"moxi_shadow_requests_total", dto.MetricType_COUNTER, []string{"pool", "result"}},
+}
+
+// beyondContract are families moxi exports and README.md documents but the contract does not
+// name: the dashboard's backend latency panel needs the first.
+var beyondContract = []exportedMetric{
+	{"moxi_backend_request_duration_seconds", dto.MetricType_HISTOGRAM, []string{"pool", "server"}},
+}
+
+type exportedMetric struct {
+	name   string
+	typ    dto.MetricType
+	labels []string
+}
+
+// family finds the family of contractMetrics or beyondContract that a series name a query
+// uses belongs to: the family itself, or a histogram's _bucket, _sum or _count.
+func family(name string) (exportedMetric, bool) {
+	for _, m := range slices.Concat(contractMetrics, beyondContract) {
+		if name == m.name {
+			return m, true
+		}
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if m.typ == dto.MetricType_HISTOGRAM && name == m.name+suffix {
+				return m, true
+			}
+		}
+	}
+	return exportedMetric{}, false
 }
 
 // requiredAlerts are the alerts an operator of moxi can count on finding in alerts.yaml.
 var requiredAlerts = []string{
-	"MoxiDown", "MoxiBackendDown", "MoxiHighErrorRate", "MoxiMigrationStuck",
-	"MoxiConfigReloadFailing", "MoxiFireAndForgetBacklog",
+	"MoxiDown", "MoxiBackendDown", "MoxiPoolDown", "MoxiHighErrorRate", "MoxiHighLatency",
+	"MoxiMigrationStuck", "MoxiConfigReloadFailing", "MoxiFireAndForgetBacklog",
 }
 
 // yamlFiles lists the .yaml and .yml files under dirs.
@@ -150,6 +189,7 @@ type k8sObject struct {
 
 type k8sMeta struct {
 	Name        string            `yaml:"name"`
+	Namespace   string            `yaml:"namespace"`
 	Labels      map[string]string `yaml:"labels"`
 	Annotations map[string]string `yaml:"annotations"`
 }
@@ -159,7 +199,8 @@ type deploymentSpec struct {
 	Template struct {
 		Metadata k8sMeta `yaml:"metadata"`
 		Spec     struct {
-			TerminationGracePeriodSeconds int `yaml:"terminationGracePeriodSeconds"`
+			AutomountServiceAccountToken  *bool `yaml:"automountServiceAccountToken"`
+			TerminationGracePeriodSeconds int   `yaml:"terminationGracePeriodSeconds"`
 			SecurityContext               struct {
 				RunAsNonRoot bool `yaml:"runAsNonRoot"`
 			} `yaml:"securityContext"`
@@ -169,14 +210,25 @@ type deploymentSpec struct {
 				ConfigMap *struct {
 					Name string `yaml:"name"`
 				} `yaml:"configMap"`
+				Secret *struct {
+					SecretName string `yaml:"secretName"`
+					Items      []struct {
+						Key  string `yaml:"key"`
+						Path string `yaml:"path"`
+					} `yaml:"items"`
+				} `yaml:"secret"`
 			} `yaml:"volumes"`
 		} `yaml:"spec"`
 	} `yaml:"template"`
 }
 
 type k8sContainer struct {
-	Name           string    `yaml:"name"`
-	Args           []string  `yaml:"args"`
+	Name string   `yaml:"name"`
+	Args []string `yaml:"args"`
+	Env  []struct {
+		Name  string `yaml:"name"`
+		Value string `yaml:"value"`
+	} `yaml:"env"`
 	Ports          []k8sPort `yaml:"ports"`
 	ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
 	LivenessProbe  *k8sProbe `yaml:"livenessProbe"`
@@ -190,6 +242,9 @@ type k8sContainer struct {
 			} `yaml:"exec"`
 		} `yaml:"preStop"`
 	} `yaml:"lifecycle"`
+	Resources struct {
+		Limits map[string]string `yaml:"limits"`
+	} `yaml:"resources"`
 	SecurityContext struct {
 		RunAsNonRoot             *bool `yaml:"runAsNonRoot"`
 		ReadOnlyRootFilesystem   bool  `yaml:"readOnlyRootFilesystem"`
@@ -229,6 +284,36 @@ type serviceSpec struct {
 	} `yaml:"ports"`
 }
 
+type networkPolicySpec struct {
+	PodSelector struct {
+		MatchLabels map[string]string `yaml:"matchLabels"`
+	} `yaml:"podSelector"`
+	PolicyTypes []string     `yaml:"policyTypes"`
+	Ingress     []policyRule `yaml:"ingress"`
+	Egress      []policyRule `yaml:"egress"`
+}
+
+// policyRule is an ingress rule (peers in from) or an egress rule (peers in to).
+type policyRule struct {
+	Ports []struct {
+		Port     any    `yaml:"port"` // a number or a port name
+		Protocol string `yaml:"protocol"`
+	} `yaml:"ports"`
+	From []yaml.Node `yaml:"from"`
+	To   []yaml.Node `yaml:"to"`
+}
+
+type podMonitorSpec struct {
+	JobLabel string `yaml:"jobLabel"`
+	Selector struct {
+		MatchLabels map[string]string `yaml:"matchLabels"`
+	} `yaml:"selector"`
+	PodMetricsEndpoints []struct {
+		Port string `yaml:"port"`
+		Path string `yaml:"path"`
+	} `yaml:"podMetricsEndpoints"`
+}
+
 // port resolves a Kubernetes port reference (number or name) against c's ports; 0 when it
 // names no port of c.
 func (c *k8sContainer) port(ref any) int {
@@ -249,6 +334,16 @@ func (c *k8sContainer) hasPort(n int) bool {
 	return slices.ContainsFunc(c.Ports, func(p k8sPort) bool { return p.ContainerPort == n })
 }
 
+func (c *k8sContainer) env(name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// k8sObjects reads every object under deploy/kubernetes, subdirectories included.
 func k8sObjects(t *testing.T) []k8sObject {
 	t.Helper()
 	var objs []k8sObject
@@ -264,6 +359,40 @@ func k8sObjects(t *testing.T) []k8sObject {
 	return objs
 }
 
+// k8sDeploy is the shipped Kubernetes deployment: its objects by kind, and the parts of the
+// Deployment the tests compare the other files with.
+type k8sDeploy struct {
+	byKind map[string][]k8sObject
+	spec   deploymentSpec
+	pod    k8sMeta // the pod template's metadata
+	c      k8sContainer
+}
+
+func k8sDeployment(t *testing.T) k8sDeploy {
+	t.Helper()
+	d := k8sDeploy{byKind: map[string][]k8sObject{}}
+	for _, o := range k8sObjects(t) {
+		if o.APIVersion == "" || o.Kind == "" || o.Metadata.Name == "" {
+			t.Errorf("%s: object without apiVersion, kind or metadata.name: %+v", o.file, o)
+		}
+		d.byKind[o.Kind] = append(d.byKind[o.Kind], o)
+	}
+	for _, kind := range []string{"ConfigMap", "Deployment", "Service", "NetworkPolicy", "PodMonitor"} {
+		if len(d.byKind[kind]) != 1 {
+			t.Fatalf("want one %s under deploy/kubernetes, found %d", kind, len(d.byKind[kind]))
+		}
+	}
+	dep := d.byKind["Deployment"][0]
+	if err := dep.Spec.Decode(&d.spec); err != nil {
+		t.Fatalf("%s: %v", dep.file, err)
+	}
+	if len(d.spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("want one container, found %d", len(d.spec.Template.Spec.Containers))
+	}
+	d.pod, d.c = d.spec.Template.Metadata, d.spec.Template.Spec.Containers[0]
+	return d
+}
+
 func addrPort(t *testing.T, addr string) int {
 	t.Helper()
 	_, p, err := net.SplitHostPort(addr)
@@ -277,33 +406,45 @@ func addrPort(t *testing.T, addr string) int {
 	return n
 }
 
+// byteSize parses a memory amount: a number of bytes followed by one of units' suffixes, or
+// none.
+func byteSize(s string, units map[string]int64) (int64, error) {
+	num := strings.TrimRightFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	mult := int64(1)
+	if suffix := s[len(num):]; suffix != "" {
+		m, ok := units[suffix]
+		if !ok {
+			return 0, fmt.Errorf("%q: unknown unit %q", s, suffix)
+		}
+		mult = m
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	return n * mult, err
+}
+
+var (
+	k8sUnits = map[string]int64{"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "k": 1e3, "M": 1e6, "G": 1e9}
+	goUnits  = map[string]int64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+)
+
+// configKey reads one key of the ConfigMap's moxi.yaml as plain YAML, for keys the config
+// package may not know yet.
+func configKey(t *testing.T, data, key string) string {
+	t.Helper()
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(data), &m); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := m[key].(string)
+	return s
+}
+
 func TestDeployKubernetes(t *testing.T) {
-	objs := k8sObjects(t)
-	byKind := map[string][]k8sObject{}
-	for _, o := range objs {
-		if o.APIVersion == "" || o.Kind == "" || o.Metadata.Name == "" {
-			t.Errorf("%s: object without apiVersion, kind or metadata.name: %+v", o.file, o)
-		}
-		byKind[o.Kind] = append(byKind[o.Kind], o)
-	}
-	for _, kind := range []string{"ConfigMap", "Deployment", "Service"} {
-		if len(byKind[kind]) != 1 {
-			t.Fatalf("want one %s under deploy/kubernetes, found %d", kind, len(byKind[kind]))
-		}
-	}
-	dep := byKind["Deployment"][0]
-	var spec deploymentSpec
-	if err := dep.Spec.Decode(&spec); err != nil {
-		t.Fatalf("%s: %v", dep.file, err)
-	}
-	pod := spec.Template.Spec
+	d := k8sDeployment(t)
+	spec, pod, c := d.spec, d.spec.Template.Spec, d.c
 	if spec.Replicas < 2 {
 		t.Errorf("replicas = %d: one pod is no tier", spec.Replicas)
 	}
-	if len(pod.Containers) != 1 {
-		t.Fatalf("want one container, found %d", len(pod.Containers))
-	}
-	c := pod.Containers[0]
 
 	// The config file named on the command line comes from the ConfigMap, mounted whole.
 	i := slices.Index(c.Args, "--config")
@@ -327,7 +468,7 @@ func TestDeployKubernetes(t *testing.T) {
 			cmName = v.ConfigMap.Name
 		}
 	}
-	cm := byKind["ConfigMap"][0]
+	cm := d.byKind["ConfigMap"][0]
 	if cmName != cm.Metadata.Name {
 		t.Fatalf("volume %q mounts ConfigMap %q, want %q", mount.Name, cmName, cm.Metadata.Name)
 	}
@@ -335,6 +476,34 @@ func TestDeployKubernetes(t *testing.T) {
 	if !ok {
 		t.Fatalf("ConfigMap %s has no key %s", cm.Metadata.Name, path.Base(cfgPath))
 	}
+
+	// The admin token (admin_token_file, CONTRACT.md) is a file of a mounted Secret.
+	if tokenFile := configKey(t, data, "admin_token_file"); tokenFile == "" {
+		t.Error("the ConfigMap's config sets no admin_token_file: POST /reload and GET /config would be open to the cluster")
+	} else {
+		secret := ""
+		for _, m := range c.VolumeMounts {
+			if m.MountPath != path.Dir(tokenFile) || m.SubPath != "" {
+				continue
+			}
+			for _, v := range pod.Volumes {
+				if v.Name != m.Name || v.Secret == nil {
+					continue
+				}
+				key := path.Base(tokenFile) // a Secret volume without items has a file per key
+				for _, it := range v.Secret.Items {
+					if it.Path == path.Base(tokenFile) {
+						key = it.Key
+					}
+				}
+				secret = v.Secret.SecretName + "/" + key
+			}
+		}
+		if secret == "" {
+			t.Errorf("admin_token_file %s is not a file of a Secret volume mounted at %s", tokenFile, path.Dir(tokenFile))
+		}
+	}
+
 	cfg, err := config.Parse([]byte(data), cm.file+":"+path.Base(cfgPath))
 	if err != nil {
 		t.Fatalf("the ConfigMap's config does not load: %v", err)
@@ -354,20 +523,21 @@ func TestDeployKubernetes(t *testing.T) {
 		}
 	}
 
-	for name, p := range map[string]*k8sProbe{"readinessProbe": c.ReadinessProbe, "livenessProbe": c.LivenessProbe} {
-		switch {
+	for _, probe := range []struct {
+		name, path string
+		p          *k8sProbe
+	}{
+		{"readinessProbe", "/readyz", c.ReadinessProbe},
+		{"livenessProbe", "/healthz", c.LivenessProbe},
+	} {
+		switch p := probe.p; {
 		case p == nil || p.HTTPGet == nil:
-			t.Errorf("%s: want an httpGet probe", name)
-		case p.HTTPGet.Path != "/healthz":
-			t.Errorf("%s: path %q, want /healthz", name, p.HTTPGet.Path)
+			t.Errorf("%s: want an httpGet probe", probe.name)
+		case p.HTTPGet.Path != probe.path:
+			t.Errorf("%s: path %q, want %s", probe.name, p.HTTPGet.Path, probe.path)
 		case c.port(p.HTTPGet.Port) != adminPort:
-			t.Errorf("%s: port %v is not the admin port %d", name, p.HTTPGet.Port, adminPort)
+			t.Errorf("%s: port %v is not the admin port %d", probe.name, p.HTTPGet.Port, adminPort)
 		}
-	}
-
-	ann := spec.Template.Metadata.Annotations
-	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != strconv.Itoa(adminPort) || ann["prometheus.io/path"] != "/metrics" {
-		t.Errorf("pod annotations %v: want prometheus.io/scrape \"true\", port %q, path /metrics", ann, strconv.Itoa(adminPort))
 	}
 
 	preStop := 0
@@ -392,15 +562,29 @@ func TestDeployKubernetes(t *testing.T) {
 	if !sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || !slices.Contains(sc.Capabilities.Drop, "ALL") {
 		t.Errorf("container securityContext %+v: want readOnlyRootFilesystem, no privilege escalation, drop ALL", sc)
 	}
+	if a := pod.AutomountServiceAccountToken; a == nil || *a {
+		t.Error("automountServiceAccountToken is not false: moxi needs no Kubernetes API token")
+	}
 
-	svc := byKind["Service"][0]
+	// GOMEMLIMIT: the GC's target, set under the container's limit with room for what the
+	// cgroup charges beside the Go heap.
+	limit, err := byteSize(c.Resources.Limits["memory"], k8sUnits)
+	if err != nil || limit == 0 {
+		t.Fatalf("memory limit %q: %v", c.Resources.Limits["memory"], err)
+	}
+	if soft, err := byteSize(c.env("GOMEMLIMIT"), goUnits); err != nil || soft >= limit || soft < limit*3/4 {
+		t.Errorf("GOMEMLIMIT %q (%v) against the memory limit %s: want 75%% to 99%% of it", c.env("GOMEMLIMIT"), err, c.Resources.Limits["memory"])
+	}
+
+	// The Service publishes the client port only: Prometheus scrapes the pods themselves.
+	svc := d.byKind["Service"][0]
 	var ss serviceSpec
 	if err := svc.Spec.Decode(&ss); err != nil {
 		t.Fatal(err)
 	}
 	for k, v := range ss.Selector {
-		if spec.Template.Metadata.Labels[k] != v {
-			t.Errorf("Service selector %s=%s does not match the pod labels %v", k, v, spec.Template.Metadata.Labels)
+		if d.pod.Labels[k] != v {
+			t.Errorf("Service selector %s=%s does not match the pod labels %v", k, v, d.pod.Labels)
 		}
 	}
 	targets := map[int]bool{}
@@ -414,8 +598,66 @@ func TestDeployKubernetes(t *testing.T) {
 		}
 		targets[tp] = true
 	}
-	if !targets[listenPort] || !targets[adminPort] {
-		t.Errorf("Service targets %v, want the client port %d and the admin port %d", targets, listenPort, adminPort)
+	if !targets[listenPort] || targets[adminPort] {
+		t.Errorf("Service targets %v, want the client port %d and not the admin port %d", targets, listenPort, adminPort)
+	}
+
+	testNetworkPolicy(t, d, cfg, listenPort, adminPort)
+}
+
+// testNetworkPolicy checks that the NetworkPolicy covers moxi's pods, admits clients to the
+// client port and only selected peers to the admin port, and lets moxi reach its memcached
+// servers and DNS.
+func testNetworkPolicy(t *testing.T, d k8sDeploy, cfg *config.Config, listenPort, adminPort int) {
+	np := d.byKind["NetworkPolicy"][0]
+	var spec networkPolicySpec
+	if err := np.Spec.Decode(&spec); err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.PodSelector.MatchLabels) == 0 {
+		t.Error("NetworkPolicy podSelector selects every pod of the namespace")
+	}
+	for k, v := range spec.PodSelector.MatchLabels {
+		if d.pod.Labels[k] != v {
+			t.Errorf("NetworkPolicy podSelector %s=%s does not match the pod labels %v", k, v, d.pod.Labels)
+		}
+	}
+	if !slices.Contains(spec.PolicyTypes, "Ingress") || !slices.Contains(spec.PolicyTypes, "Egress") {
+		t.Errorf("NetworkPolicy policyTypes %q: want Ingress and Egress", spec.PolicyTypes)
+	}
+	admitted := map[int]bool{}
+	for i, r := range spec.Ingress {
+		if len(r.Ports) == 0 {
+			t.Errorf("ingress rule %d admits every port", i)
+		}
+		for _, p := range r.Ports {
+			n := d.c.port(p.Port)
+			admitted[n] = true
+			if n == adminPort && len(r.From) == 0 {
+				t.Errorf("ingress rule %d admits anyone to the admin port %d", i, adminPort)
+			}
+		}
+	}
+	if want := map[int]bool{listenPort: true, adminPort: true}; !maps.Equal(admitted, want) {
+		t.Errorf("NetworkPolicy admits ports %v, want exactly the client port %d and the admin port %d", admitted, listenPort, adminPort)
+	}
+	egress := map[string]bool{} // "port/protocol"
+	for _, r := range spec.Egress {
+		for _, p := range r.Ports {
+			proto := cmp.Or(p.Protocol, "TCP")
+			egress[fmt.Sprint(p.Port)+"/"+proto] = true
+		}
+	}
+	need := []string{"53/UDP", "53/TCP"}
+	for _, p := range cfg.Pools {
+		for _, s := range p.Servers {
+			need = append(need, strconv.Itoa(addrPort(t, s.Addr))+"/TCP")
+		}
+	}
+	for _, n := range need {
+		if !egress[n] {
+			t.Errorf("NetworkPolicy egress does not allow %s (DNS and the ConfigMap's memcached servers); allows %v", n, slices.Sorted(maps.Keys(egress)))
+		}
 	}
 }
 
@@ -620,8 +862,13 @@ type alertRule struct {
 	Annotations map[string]string `yaml:"annotations"`
 }
 
+// runbookBase is where every alert's runbook_url points: a section of deploy/README.md.
+const runbookBase = "https://github.com/moxi-proxy/moxi/blob/main/deploy/README.md#"
+
 func TestDeployAlerts(t *testing.T) {
 	rules := alertRules(t)
+	anchors := readmeAnchors(t)
+	tested := alertTests(t)
 	var names []string
 	for _, r := range rules {
 		names = append(names, r.Alert)
@@ -631,15 +878,352 @@ func TestDeployAlerts(t *testing.T) {
 		if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 			t.Errorf("%s: want summary and description annotations", r.Alert)
 		}
+		if anchor, ok := strings.CutPrefix(r.Annotations["runbook_url"], runbookBase); !ok || !anchors[anchor] {
+			t.Errorf("%s: runbook_url %q is not %s<a heading of deploy/README.md>", r.Alert, r.Annotations["runbook_url"], runbookBase)
+		}
 		if r.For != "" {
 			if _, err := model.ParseDuration(r.For); err != nil {
 				t.Errorf("%s: for %q: %v", r.Alert, r.For, err)
 			}
 		}
+		if !tested[r.Alert] {
+			t.Errorf("%s: no case of alerts_test.yaml expects it to fire", r.Alert)
+		}
 	}
 	for _, want := range requiredAlerts {
 		if !slices.Contains(names, want) {
 			t.Errorf("alert %s missing (have %q)", want, names)
+		}
+	}
+}
+
+// alertTests reports which alerts some case of alerts_test.yaml expects to fire.
+func alertTests(t *testing.T) map[string]bool {
+	t.Helper()
+	var file struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				AlertName string `yaml:"alertname"`
+				ExpAlerts []any  `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	docs := yamlDocs(t, filepath.Join(deployDir, "prometheus", "alerts_test.yaml"))
+	if len(docs) != 1 {
+		t.Fatalf("alerts_test.yaml: want one document, found %d", len(docs))
+	}
+	if err := docs[0].Decode(&file); err != nil {
+		t.Fatal(err)
+	}
+	fires := map[string]bool{}
+	for _, c := range file.Tests {
+		for _, a := range c.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.AlertName] = true
+			}
+		}
+	}
+	return fires
+}
+
+// readmeAnchors is the set of anchors GitHub gives deploy/README.md's headings: lower case,
+// punctuation dropped, spaces as hyphens.
+func readmeAnchors(t *testing.T) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(deployDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		title, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " ")
+		if !ok || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		anchor := strings.Map(func(r rune) rune {
+			switch {
+			case r == ' ':
+				return '-'
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				return unicode.ToLower(r)
+			}
+			return -1
+		}, strings.TrimSpace(title))
+		anchors[anchor] = true
+	}
+	return anchors
+}
+
+// promtool runs the shipped rules through Prometheus' own checker and their unit tests.
+func TestDeployAlertsPromtool(t *testing.T) {
+	promtool := requireBinary(t, "promtool")
+	for _, args := range [][]string{
+		{"check", "rules", "alerts.yaml"},
+		{"test", "rules", "alerts_test.yaml"},
+	} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = filepath.Join(deployDir, "prometheus")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// relabelConfig is one of a scrape config's relabel_configs.
+type relabelConfig struct {
+	SourceLabels []string `yaml:"source_labels"`
+	Separator    *string  `yaml:"separator"`
+	Regex        *string  `yaml:"regex"`
+	TargetLabel  string   `yaml:"target_label"`
+	Replacement  *string  `yaml:"replacement"`
+	Action       string   `yaml:"action"`
+}
+
+// relabel applies rules to a target's labels as Prometheus does for the actions the shipped
+// config uses (replace, keep, drop, labelmap); false when the target is dropped.
+func relabel(t *testing.T, labels map[string]string, rules []relabelConfig) bool {
+	t.Helper()
+	for _, r := range rules {
+		sep, regex, repl := ";", "(.*)", "$1"
+		if r.Separator != nil {
+			sep = *r.Separator
+		}
+		if r.Regex != nil {
+			regex = *r.Regex
+		}
+		if r.Replacement != nil {
+			repl = *r.Replacement
+		}
+		re := regexp.MustCompile("^(?:" + regex + ")$")
+		var vals []string
+		for _, l := range r.SourceLabels {
+			vals = append(vals, labels[l])
+		}
+		val := strings.Join(vals, sep)
+		switch cmp.Or(r.Action, "replace") {
+		case "keep":
+			if !re.MatchString(val) {
+				return false
+			}
+		case "drop":
+			if re.MatchString(val) {
+				return false
+			}
+		case "replace":
+			if m := re.FindStringSubmatchIndex(val); m != nil {
+				if v := string(re.ExpandString(nil, repl, val, m)); v != "" {
+					labels[r.TargetLabel] = v
+				} else {
+					delete(labels, r.TargetLabel)
+				}
+			}
+		case "labelmap":
+			for name, v := range maps.Clone(labels) {
+				if m := re.FindStringSubmatchIndex(name); m != nil {
+					labels[string(re.ExpandString(nil, repl, name, m))] = v
+				}
+			}
+		default:
+			t.Fatalf("relabel action %q: not simulated by this test", r.Action)
+		}
+	}
+	return true
+}
+
+// scrapeTarget is what one shipped scrape makes of moxi's pod: the labels of its series.
+type scrapeTarget struct {
+	scrape string
+	labels map[string]string
+}
+
+// The namespace and pod name the simulated scrapes discover moxi's pod under.
+const (
+	simNamespace = "cache"
+	simPod       = "moxi-0"
+	simPodIP     = "10.0.0.1"
+)
+
+// promScrapeTargets runs deploy/prometheus/prometheus.yml's scrape job over the shipped
+// Deployment's pod, one candidate target per container port as Kubernetes pod discovery
+// makes them, and returns what remains after relabelling.
+func promScrapeTargets(t *testing.T, d k8sDeploy) []scrapeTarget {
+	t.Helper()
+	var file struct {
+		ScrapeConfigs []struct {
+			JobName             string `yaml:"job_name"`
+			MetricsPath         string `yaml:"metrics_path"`
+			KubernetesSDConfigs []struct {
+				Role string `yaml:"role"`
+			} `yaml:"kubernetes_sd_configs"`
+			RelabelConfigs []relabelConfig `yaml:"relabel_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	docs := yamlDocs(t, filepath.Join(deployDir, "prometheus", "prometheus.yml"))
+	if len(docs) != 1 {
+		t.Fatalf("prometheus.yml: want one document, found %d", len(docs))
+	}
+	if err := docs[0].Decode(&file); err != nil {
+		t.Fatal(err)
+	}
+	if len(file.ScrapeConfigs) != 1 {
+		t.Fatalf("prometheus.yml: want moxi's scrape job alone, found %d", len(file.ScrapeConfigs))
+	}
+	sc := file.ScrapeConfigs[0]
+	if len(sc.KubernetesSDConfigs) != 1 || sc.KubernetesSDConfigs[0].Role != "pod" {
+		t.Fatalf("prometheus.yml: job %s: want one kubernetes_sd_config of role pod", sc.JobName)
+	}
+	sanitize := regexp.MustCompile(`[^a-zA-Z0-9_]`)
+	var out []scrapeTarget
+	for _, p := range d.c.Ports {
+		labels := map[string]string{
+			"job":                                         sc.JobName,
+			"__address__":                                 net.JoinHostPort(simPodIP, strconv.Itoa(p.ContainerPort)),
+			"__metrics_path__":                            cmp.Or(sc.MetricsPath, "/metrics"),
+			"__meta_kubernetes_namespace":                 simNamespace,
+			"__meta_kubernetes_pod_name":                  simPod,
+			"__meta_kubernetes_pod_ip":                    simPodIP,
+			"__meta_kubernetes_pod_container_name":        d.c.Name,
+			"__meta_kubernetes_pod_container_port_name":   p.Name,
+			"__meta_kubernetes_pod_container_port_number": strconv.Itoa(p.ContainerPort),
+		}
+		for k, v := range d.pod.Labels {
+			labels["__meta_kubernetes_pod_label_"+sanitize.ReplaceAllString(k, "_")] = v
+			labels["__meta_kubernetes_pod_labelpresent_"+sanitize.ReplaceAllString(k, "_")] = "true"
+		}
+		for k, v := range d.pod.Annotations {
+			labels["__meta_kubernetes_pod_annotation_"+sanitize.ReplaceAllString(k, "_")] = v
+		}
+		if !relabel(t, labels, sc.RelabelConfigs) {
+			continue
+		}
+		if labels["__metrics_path__"] != "/metrics" {
+			t.Errorf("prometheus.yml scrapes %s, not /metrics", labels["__metrics_path__"])
+		}
+		if _, ok := labels["instance"]; !ok {
+			labels["instance"] = labels["__address__"]
+		}
+		for k := range labels {
+			if strings.HasPrefix(k, "__") {
+				delete(labels, k)
+			}
+		}
+		out = append(out, scrapeTarget{"prometheus.yml port " + p.Name, labels})
+	}
+	return out
+}
+
+// podMonitorTargets is what prometheus-operator makes of the PodMonitor for moxi's pod.
+func podMonitorTargets(t *testing.T, d k8sDeploy) []scrapeTarget {
+	t.Helper()
+	pm := d.byKind["PodMonitor"][0]
+	var spec podMonitorSpec
+	if err := pm.Spec.Decode(&spec); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range spec.Selector.MatchLabels {
+		if d.pod.Labels[k] != v {
+			return nil // selects no moxi pod
+		}
+	}
+	// The operator's job label: the pod's jobLabel label, else "<namespace>/<name>".
+	job := cmp.Or(pm.Metadata.Namespace, simNamespace) + "/" + pm.Metadata.Name
+	if spec.JobLabel != "" {
+		job = d.pod.Labels[spec.JobLabel]
+	}
+	var out []scrapeTarget
+	for _, ep := range spec.PodMetricsEndpoints {
+		n := d.c.port(ep.Port)
+		if n == 0 {
+			t.Errorf("PodMonitor endpoint port %q names no container port", ep.Port)
+			continue
+		}
+		if p := cmp.Or(ep.Path, "/metrics"); p != "/metrics" {
+			t.Errorf("PodMonitor scrapes %s, not /metrics", p)
+		}
+		out = append(out, scrapeTarget{"PodMonitor port " + ep.Port, map[string]string{
+			"job": job, "instance": net.JoinHostPort(simPodIP, strconv.Itoa(n)),
+			"namespace": simNamespace, "pod": simPod, "container": d.c.Name, "endpoint": ep.Port,
+		}})
+	}
+	return out
+}
+
+var (
+	jobMatcher  = regexp.MustCompile(`\bjob\s*(=~|!~|!=|=)\s*"([^"]*)"`)
+	labelLists  = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
+	labelsInTpl = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
+	upSelector  = regexp.MustCompile(`\bup\b\s*(\{[^}]*\})?`)
+)
+
+// Each shipped scrape (prometheus.yml's job, the PodMonitor) must make exactly one target of
+// a moxi pod, on the admin port, and the alerts may select and group by only the labels that
+// both give it and the labels of moxi's metrics.
+func TestDeployScrapeLabels(t *testing.T) {
+	d := k8sDeployment(t)
+	adminPort := d.c.port("admin")
+	if adminPort == 0 {
+		t.Fatal("the container has no port named admin")
+	}
+	common := map[string]bool{} // labels every scrape gives the target
+	for i, targets := range [][]scrapeTarget{promScrapeTargets(t, d), podMonitorTargets(t, d)} {
+		if len(targets) != 1 {
+			t.Fatalf("scrape %d makes %d targets of a moxi pod, want 1: %v", i, len(targets), targets)
+		}
+		tg := targets[0]
+		if !strings.HasSuffix(tg.labels["instance"], ":"+strconv.Itoa(adminPort)) {
+			t.Errorf("%s: target %v is not the admin port %d", tg.scrape, tg.labels, adminPort)
+		}
+		if i == 0 {
+			for k := range tg.labels {
+				common[k] = true
+			}
+		}
+		for k := range common {
+			if _, ok := tg.labels[k]; !ok {
+				delete(common, k)
+			}
+		}
+		for _, r := range alertRules(t) {
+			for _, m := range jobMatcher.FindAllStringSubmatch(r.Expr, -1) {
+				op, want := m[1], m[2]
+				ok := (op == "=" && want == tg.labels["job"]) ||
+					(op == "=~" && regexp.MustCompile("^(?:"+want+")$").MatchString(tg.labels["job"]))
+				if !ok {
+					t.Errorf("alert %s selects job%s%q, but %s gives moxi's target job=%q", r.Alert, op, want, tg.scrape, tg.labels["job"])
+				}
+			}
+		}
+	}
+
+	// up exists for every target of every job: an alert on it must name moxi's job.
+	allowed := maps.Clone(common)
+	allowed["le"] = true
+	for _, m := range slices.Concat(contractMetrics, beyondContract) {
+		for _, l := range m.labels {
+			allowed[l] = true
+		}
+	}
+	for _, r := range alertRules(t) {
+		for _, sel := range upSelector.FindAllStringSubmatch(r.Expr, -1) {
+			if !jobMatcher.MatchString(sel[1]) {
+				t.Errorf("alert %s: %q selects the up series of every job", r.Alert, sel[0])
+			}
+		}
+		var used []string
+		for _, m := range labelLists.FindAllStringSubmatch(r.Expr, -1) {
+			for _, l := range strings.Split(m[1], ",") {
+				used = append(used, strings.TrimSpace(l))
+			}
+		}
+		for _, a := range r.Annotations {
+			for _, m := range labelsInTpl.FindAllStringSubmatch(a, -1) {
+				used = append(used, m[1])
+			}
+		}
+		for _, l := range used {
+			if l != "" && !allowed[l] {
+				t.Errorf("alert %s uses label %q, which neither moxi's metrics nor every shipped scrape give (scrape labels: %v)", r.Alert, l, slices.Sorted(maps.Keys(common)))
+			}
 		}
 	}
 }
@@ -694,10 +1278,19 @@ func TestDeployDashboard(t *testing.T) {
 	if !hasDatasource {
 		t.Error("no templating variable datasource of type datasource for prometheus")
 	}
+	for _, name := range []string{"job", "namespace", "instance", "pool"} {
+		if !slices.ContainsFunc(vars, func(v any) bool {
+			m, _ := v.(map[string]any)
+			return m["name"] == name && m["type"] == "query"
+		}) {
+			t.Errorf("no query variable %s", name)
+		}
+	}
 	panels, _ := d["panels"].([]any)
 	if len(panels) == 0 {
 		t.Fatal("no panels")
 	}
+	var all []string // every panel query
 	for _, p := range panels {
 		m, _ := p.(map[string]any)
 		switch m["type"] {
@@ -718,10 +1311,56 @@ func TestDeployDashboard(t *testing.T) {
 		if len(exprs) == 0 {
 			t.Errorf("panel %q has no query", m["title"])
 		}
+		for _, e := range exprs {
+			checkPanelSelectors(t, fmt.Sprint(m["title"]), e)
+			all = append(all, e)
+		}
+	}
+	// The charts an operator asks for first: backend latency and the hit ratio.
+	joined := strings.Join(all, "\n")
+	for what, names := range map[string][]string{
+		"backend latency": {"moxi_backend_request_duration_seconds_bucket"},
+		"get hit ratio":   {"moxi_get_hits_total", "moxi_get_misses_total"},
+	} {
+		for _, n := range names {
+			if !strings.Contains(joined, n) {
+				t.Errorf("no panel charts the %s: no query uses %s", what, n)
+			}
+		}
 	}
 }
 
-var metricName = regexp.MustCompile(`moxi_[a-z_]+`)
+var (
+	metricName     = regexp.MustCompile(`moxi_[a-z0-9_]+`)
+	metricSelector = regexp.MustCompile(`(moxi_[a-z0-9_]+)(\{[^}]*\})?`)
+)
+
+// checkPanelSelectors checks that every series a panel query selects is narrowed by the
+// dashboard's variables: job, namespace and instance, and pool for series that have one.
+func checkPanelSelectors(t *testing.T, panel, expr string) {
+	t.Helper()
+	for _, m := range metricSelector.FindAllStringSubmatch(expr, -1) {
+		want := []string{`job=~"$job"`, `namespace=~"$namespace"`, `instance=~"$instance"`}
+		if f, _ := family(m[1]); slices.Contains(f.labels, "pool") {
+			want = append(want, `pool=~"$pool"`)
+		}
+		for _, w := range want {
+			if !strings.Contains(m[2], w) {
+				t.Errorf("panel %q: %s%s lacks %s", panel, m[1], m[2], w)
+			}
+		}
+	}
+}
+
+// Every moxi metric the dashboard and the alerts query is one the contract names (or one of
+// beyondContract); TestDeployMetricsExported then checks a running moxi exports them.
+func TestDeployMetricNames(t *testing.T) {
+	for name, files := range deployedMetrics(t) {
+		if _, ok := family(name); !ok {
+			t.Errorf("%s (used in %s) is not a metric of CONTRACT.md's /metrics row", name, strings.Join(files, ", "))
+		}
+	}
+}
 
 // deployedMetrics is every moxi metric name the dashboard and the alerts query, with the
 // files that use it.
@@ -748,7 +1387,8 @@ func deployedMetrics(t *testing.T) map[string][]string {
 }
 
 // exercise sends moxi a request of each kind on the paths the metrics count: plain keys,
-// a hot-cache key read twice, a fire-and-forget set, a miss, and a reload.
+// a hit and a miss, a hot-cache key read twice, a fire-and-forget set, a key of a pool whose
+// only server is down (an error answer), and a reload.
 func exercise(t *testing.T, addr, admin string) {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -769,10 +1409,11 @@ func exercise(t *testing.T, addr, admin string) {
 		{"get hot:k\r\n", "END"},
 		{"set ff:k 0 0 1\r\nf\r\n", "STORED"},
 		{"get ff:k\r\n", "END"},
+		{"get down:k\r\n", "SERVER_ERROR"},
 	}
 	for _, s := range steps {
 		lines := roundTrip(t, c, r, s.req, s.last)
-		if got := lines[len(lines)-1]; got != s.last {
+		if got := lines[len(lines)-1]; !strings.HasPrefix(got, s.last) {
 			t.Fatalf("%q: got %q", s.req, lines)
 		}
 	}
@@ -850,11 +1491,19 @@ func TestDeployMetricsExported(t *testing.T) {
       - name: migrating
         addr: %q
         migrate_from: %q
+  down:
+    timeout: 250ms
+    failover: false
+    servers: [%q]
+default_pool: main
+routes:
+  - prefix: "down:"
+    pool: down
 hot_cache:
   prefixes: ["hot:"]
 fire_and_forget:
   prefixes: ["ff:"]
-`, mc.Addr, newMC.Addr, oldMC.Addr))
+`, mc.Addr, newMC.Addr, oldMC.Addr, freeAddr(t)))
 	admin := freeAddr(t)
 	p := startMoxi(t, "--config", cfg, "--admin", admin)
 	if err := memcachedtest.WaitListening(admin, 5*time.Second); err != nil {
@@ -869,10 +1518,12 @@ fire_and_forget:
 			missing = append(missing, fmt.Sprintf("%s (used in %s)", name, strings.Join(used[name], ", ")))
 		}
 	}
-	for _, m := range contractMetrics {
+	for _, m := range slices.Concat(contractMetrics, beyondContract) {
 		f, ok := fams[m.name]
 		if !ok {
-			if !slices.ContainsFunc(missing, func(s string) bool { return strings.HasPrefix(s, m.name+" ") }) {
+			// A family with labels has no series until its first observation (no warm_from
+			// or shadow pool here); one without labels always has its one series.
+			if len(m.labels) == 0 && !slices.ContainsFunc(missing, func(s string) bool { return strings.HasPrefix(s, m.name+" ") }) {
 				missing = append(missing, m.name+" (contract)")
 			}
 			continue

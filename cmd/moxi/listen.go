@@ -41,6 +41,15 @@ func listen(addr string, serverTLS func() *tls.Config, logger *slog.Logger) (net
 	return &tlsListener{Listener: ln, conf: conf, logger: logger}, nil
 }
 
+// listenError is the error of listening on addr for what (listen, admin) failing: an
+// address in use says what probably holds it (hint) and which flag picks another.
+func listenError(what, addr, hint string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%s %s: address already in use (%s)", what, addr, hint)
+	}
+	return fmt.Errorf("%s %s: %w", what, addr, err)
+}
+
 // listenUnix listens on a Unix socket at path, made with socketMode, after removing the
 // socket a previous run left there. Go's listener removes the file again when closed.
 func listenUnix(path string) (net.Listener, error) {

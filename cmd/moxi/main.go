@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,6 +48,7 @@ type options struct {
 	check      bool
 	version    bool
 	pprof      bool
+	twemproxy  string // --from-twemproxy: a nutcracker.yml to print as moxi config
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -62,6 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.check, "check", false, "validate the config, print the effective topology and exit")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
+	fs.StringVar(&o.twemproxy, "from-twemproxy", "", "print the moxi config equivalent to a twemproxy nutcracker.yml `file` and exit")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -77,22 +80,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	})
 	return o, nil
-}
-
-func newLogger(o *options, w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	hopts := &slog.HandlerOptions{Level: level}
-	switch o.logFormat {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, hopts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, hopts)), nil
-	default:
-		return nil, fmt.Errorf("--log-format: %q is not text or json", o.logFormat)
-	}
 }
 
 // override applies the address flags to a loaded config.
@@ -128,6 +115,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.version {
 		fmt.Fprintln(stdout, "moxi", version)
 		return 0
+	}
+	if o.twemproxy != "" {
+		return fromTwemproxy(o.twemproxy, stdout, stderr)
 	}
 	logger, err := newLogger(o, stderr)
 	if err != nil {
@@ -203,12 +193,12 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		MaxPending:     cfg.FireAndForget.MaxPending,
 		Logger:         logger,
 	})
-	front.Handler = px
+	front.Handler, front.Rejected = px, px.CountRejected
 	rl = reload.New(reload.Options{
 		Path: o.configPath, Override: o.override, Builder: builder, Swap: px.Swap, Initial: pending.Topology,
 		Logger: logger, Registry: reg, Grace: grace,
 	}, loaded)
-	reg.MustRegister(admin.NewServerCollector(px), admin.NewMigrationCollector(builder))
+	reg.MustRegister(admin.NewServerCollector(px), admin.NewMigrationCollector(builder), admin.BuildInfo(version))
 	reg.MustRegister(admin.StandInCollectors(builder.StandIns(), topology.MaxStandInKeys)...)
 
 	var serverTLS func() *tls.Config // nil: plaintext
@@ -228,27 +218,31 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	ln, err := listen(cfg.Listen, serverTLS, logger)
 	if err != nil {
 		_ = builder.Close(context.Background())
-		return fmt.Errorf("listen: %w", err)
+		return listenError("listen", cfg.Listen, "another moxi or memcached? pick another with --listen", err)
 	}
 	var adminServer *http.Server
+	var draining atomic.Bool // set at SIGINT/SIGTERM: /readyz answers 503 from then on
 	if cfg.Admin != "" {
 		aln, err := net.Listen("tcp", cfg.Admin)
 		if err != nil {
 			ln.Close()
 			_ = builder.Close(context.Background())
-			return fmt.Errorf("admin listen: %w", err)
+			return listenError("admin", cfg.Admin, `another moxi? pick another with --admin, or turn it off with --admin ""`, err)
 		}
-		adminServer = &http.Server{
-			Handler:  admin.Handler(admin.Sources{Registry: reg, Topologies: px, Migrations: builder, Reloader: rl, Pprof: o.pprof}),
-			ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		}
+		adminServer = admin.NewServer(
+			admin.Handler(admin.Sources{Registry: reg, Topologies: px, Migrations: builder, Reloader: rl, Draining: draining.Load, Pprof: o.pprof}),
+			admin.DefaultBounds, slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 		go func() {
-			if err := adminServer.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := adminServer.Serve(admin.Listen(aln, admin.DefaultBounds)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("admin server stopped", "err", err)
 			}
 		}()
 	}
-	logger.Info("moxi serving", "version", version, "listen", ln.Addr().String(), "tls", cfg.TLS != nil, "admin", cfg.Admin, "pools", len(cfg.Pools))
+	configName := o.configPath
+	if configName == "" {
+		configName = "built-in default"
+	}
+	logger.Info("moxi serving", "version", version, "config", configName, "listen", ln.Addr().String(), "tls", cfg.TLS != nil, "admin", cfg.Admin, "pools", len(cfg.Pools))
 
 	served := make(chan error, 1)
 	go func() { served <- front.Serve(ln) }()
@@ -273,6 +267,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 			}
 			logger.Info("stopping", "signal", sig.String(), "timeout", rl.Config().ShutdownTimeout)
 			stopping = true
+			draining.Store(true)
 		}
 	}
 	stopWatching()

@@ -1,13 +1,15 @@
 // Package admin is the operator's view of a running moxi: the HTTP endpoints of the contract
-// (/metrics, /healthz, /servers, /migrations, /reload, /config, /debug/pprof/) and the
-// Prometheus collectors that read the running topology at scrape time.
+// (/metrics, /healthz, /readyz, /servers, /migrations, /reload, /config, /debug/pprof/) and
+// the Prometheus collectors that read the running topology at scrape time.
 package admin
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -38,9 +40,14 @@ type Sources struct {
 	Registry   *prometheus.Registry
 	Topologies Topologies
 	Migrations Migrations
-	Reloader   Reloader
-	Pprof      bool // serve /debug/pprof/
+	Reloader   Reloader    // its Config's AdminToken, when set, guards every path but the open ones
+	Draining   func() bool // reports that moxi is shutting down: /readyz answers 503; nil = never
+	Pprof      bool        // serve /debug/pprof/
 }
+
+// openPaths are served without the admin token: what probes and Prometheus read, which
+// neither changes nor reveals the config.
+var openPaths = map[string]bool{"/metrics": true, "/healthz": true, "/readyz": true}
 
 // Handler serves the admin HTTP endpoints of the contract.
 func Handler(src Sources) http.Handler {
@@ -50,6 +57,16 @@ func Handler(src Sources) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		draining := src.Draining != nil && src.Draining()
+		if reason := notReady(src.Topologies.Topology(), draining); reason != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, reason+"\n")
+			return
+		}
+		io.WriteString(w, "ready\n")
 	})
 	mux.HandleFunc("GET /servers", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, Servers(src.Topologies.Topology()))
@@ -83,7 +100,50 @@ func Handler(src Sources) http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The token is the running config's: a reload that rotates the file rotates it.
+		if token := rl.Config().AdminToken; len(token) > 0 && !openPaths[r.URL.Path] && !bearer(r, token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="moxi admin"`)
+			http.Error(w, "401 unauthorized: this path needs \"Authorization: Bearer <the content of admin_token_file>\"", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// bearer reports whether r carries "Authorization: Bearer <token>", compared in constant
+// time so that the answer's timing tells nothing of the token.
+func bearer(r *http.Request, token []byte) bool {
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), token) == 1
+}
+
+// notReady is why moxi should get no new clients, or "" when it should: it is draining,
+// or a pool has no live server (an embedded pool always has).
+func notReady(t *topology.Topology, draining bool) string {
+	if draining {
+		return "draining: moxi is shutting down"
+	}
+	var dead []string
+	for _, pl := range t.Pools {
+		live := false
+		for i := range pl.Len() {
+			if pl.Member(i).Up() {
+				live = true
+				break
+			}
+		}
+		if !live {
+			dead = append(dead, pl.Name())
+		}
+	}
+	if len(dead) > 0 {
+		return "no live server in pool " + strings.Join(dead, ", ")
+	}
+	return ""
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -8,10 +8,16 @@ import (
 	"github.com/moxi-proxy/moxi/internal/migrate"
 )
 
-// MigrationCollector exports the progress of the migrations being copied.
+// migrationPhases are the phases moxi_migration_phase has a series for, one per migration
+// each: 1 for the migration's current phase, 0 for the others.
+var migrationPhases = []string{migrate.Scheduled, migrate.Copying, migrate.Done, migrate.Failed}
+
+// MigrationCollector exports the progress of the migrations that GET /migrations lists,
+// for as long as it lists them (done and failed included), so that a migration that ends
+// between two scrapes is still seen.
 type MigrationCollector struct {
-	B             Migrations
-	copied, total *prometheus.Desc
+	B                     Migrations
+	copied, listed, phase *prometheus.Desc
 }
 
 // NewMigrationCollector returns the collector of b's migrations.
@@ -19,23 +25,29 @@ func NewMigrationCollector(b Migrations) *MigrationCollector {
 	labels := []string{"pool", "server"}
 	return &MigrationCollector{
 		B:      b,
-		copied: prometheus.NewDesc("moxi_migration_keys_copied", "Keys copied to the new server of a slot being migrated (only while copying).", labels, nil),
-		total:  prometheus.NewDesc("moxi_migration_keys_total", "Keys listed on the old server of a slot being migrated (only while copying).", labels, nil),
+		copied: prometheus.NewDesc("moxi_migration_keys_copied", "Keys copied to the new server of a migrating slot, by the background copy or by reads.", labels, nil),
+		listed: prometheus.NewDesc("moxi_migration_keys_listed", "Keys listed on the old server of a migrating slot so far: the copy lists and copies in batches, so this leads keys_copied by at most a batch (of 250) and is the old server's item count once the phase is done.", labels, nil),
+		phase:  prometheus.NewDesc("moxi_migration_phase", "1 for the phase a migrating slot is in (scheduled, copying, done, failed), 0 for the others.", append(labels, "phase"), nil),
 	}
 }
 
 func (c *MigrationCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.copied
-	ch <- c.total
+	ch <- c.listed
+	ch <- c.phase
 }
 
 func (c *MigrationCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range c.B.Migrations() {
-		if st.Phase != migrate.Copying {
-			continue // gone once done, so that "no progress" alerts see only live copies
-		}
 		ch <- prometheus.MustNewConstMetric(c.copied, prometheus.GaugeValue, float64(st.KeysCopied), st.Pool, st.Name)
-		ch <- prometheus.MustNewConstMetric(c.total, prometheus.GaugeValue, float64(st.KeysTotal), st.Pool, st.Name)
+		ch <- prometheus.MustNewConstMetric(c.listed, prometheus.GaugeValue, float64(st.KeysTotal), st.Pool, st.Name)
+		for _, ph := range migrationPhases {
+			v := 0.0
+			if ph == st.Phase {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.phase, prometheus.GaugeValue, v, st.Pool, st.Name, ph)
+		}
 	}
 }
 
@@ -47,7 +59,7 @@ type migration struct {
 	To         string `json:"to"`
 	Phase      string `json:"phase"`
 	KeysCopied int64  `json:"keys_copied"`
-	KeysTotal  int64  `json:"keys_total"`
+	KeysTotal  int64  `json:"keys_total"` // keys listed on the old server so far; all of them once done
 	Started    string `json:"started"`
 	Finished   string `json:"finished"`
 	Error      string `json:"error"`

@@ -14,6 +14,7 @@
 package config
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -35,6 +36,8 @@ type Config struct {
 	Listen          string        // client address: host:port (host may be empty: all interfaces), or a Unix socket's path (see UnixSocket)
 	TLS             *TLS          // TLS on Listen; nil: plaintext
 	Admin           string        // HTTP admin address; "" turns the admin server off
+	AdminTokenFile  string        // when set: every admin path but /healthz, /readyz and /metrics needs "Authorization: Bearer <its content>"
+	AdminToken      []byte        // AdminTokenFile's content, surrounding white space removed, as LoadAdminToken read it; nil before and without a file
 	ShutdownTimeout time.Duration // bound on draining in-flight requests at exit
 	Limits          Limits
 	WatchConfig     bool // reload when the file changes
@@ -53,10 +56,11 @@ type Config struct {
 
 // Limits bound what one client may ask of the proxy.
 type Limits struct {
-	MaxConnections  int // concurrent client connections; further ones are refused
-	MaxKeyBytes     int // 1 to 250, memcached's own maximum
-	MaxValueBytes   int // largest data block accepted
-	MaxMultigetKeys int // keys in one get/gets line
+	MaxConnections  int  // concurrent client connections; further ones are refused
+	MaxKeyBytes     int  // 1 to 250, memcached's own maximum
+	MaxValueBytes   int  // largest data block accepted
+	MaxMultigetKeys int  // keys in one get/gets line
+	AllowFlushAll   bool // false: flush_all and binary flush are refused, as memcached -F refuses them
 }
 
 // Pool is one named set of servers sharing a key distribution.
@@ -176,6 +180,7 @@ func newConfig() *Config {
 			MaxKeyBytes:     lim.MaxKeyBytes,
 			MaxValueBytes:   lim.MaxValueBytes,
 			MaxMultigetKeys: lim.MaxMultigetKeys,
+			AllowFlushAll:   true,
 		},
 		WatchConfig:   true,
 		Dedup:         true,
@@ -268,6 +273,31 @@ func (c *Config) LoadTLS(filename string) error {
 			p.TLS.Config, p.TLS.Sum = pools[i].conf, pools[i].sum
 		}
 	}
+	return nil
+}
+
+// LoadAdminToken reads the file that admin_token_file names into AdminToken, so that a
+// missing or empty file fails a load (and --check, and a reload) like a bad value does, and
+// every reload reads a rotated token. filename is used only in error messages. On error c
+// is left as it was.
+func (c *Config) LoadAdminToken(filename string) error {
+	if c.AdminTokenFile == "" {
+		c.AdminToken = nil
+		return nil
+	}
+	d := &decoder{file: filename}
+	data, err := os.ReadFile(c.AdminTokenFile)
+	token := bytes.TrimSpace(data)
+	switch {
+	case err != nil:
+		d.fail(nil, "admin_token_file", "%v", err)
+	case len(token) == 0:
+		d.fail(nil, "admin_token_file", "%s is empty: it must hold the token", c.AdminTokenFile)
+	}
+	if err := d.err(); err != nil {
+		return err
+	}
+	c.AdminToken = token
 	return nil
 }
 

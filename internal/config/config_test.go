@@ -41,7 +41,7 @@ func contractConfig() *Config {
 		Listen:          "127.0.0.1:11211",
 		Admin:           "127.0.0.1:9151",
 		ShutdownTimeout: 10 * time.Second,
-		Limits:          Limits{MaxConnections: 10000, MaxKeyBytes: 250, MaxValueBytes: 1048576, MaxMultigetKeys: 10000},
+		Limits:          Limits{MaxConnections: 10000, MaxKeyBytes: 250, MaxValueBytes: 1048576, MaxMultigetKeys: 10000, AllowFlushAll: true},
 		WatchConfig:     true,
 		Pools:           []*Pool{main, spare},
 		DefaultPool:     "main",
@@ -232,8 +232,8 @@ func TestValidForms(t *testing.T) {
 				return p.Timeout == 1500*time.Millisecond && p.DeadBackoff == time.Minute &&
 					p.DeadBackoffMax == time.Hour && c.ShutdownTimeout == 0
 			}},
-		{"limits", pool + "    embedded: 1\nlimits: {max_key_bytes: 1, max_value_bytes: 1073741824, max_connections: 1, max_multiget_keys: 1}\n",
-			func(c *Config) bool { return c.Limits == Limits{1, 1, 1 << 30, 1} }},
+		{"limits", pool + "    embedded: 1\nlimits: {max_key_bytes: 1, max_value_bytes: 1073741824, max_connections: 1, max_multiget_keys: 1, allow_flush_all: false}\n",
+			func(c *Config) bool { return c.Limits == Limits{1, 1, 1 << 30, 1, false} }},
 		{"routes and default_pool", "pools:\n  a: {embedded: 1}\n  b: {embedded: 1}\ndefault_pool: b\nroutes:\n  - {prefix: \"x:\", pool: a}\n  - {prefix: \"y:\", pool: a}\n",
 			func(c *Config) bool {
 				return c.DefaultPool == "b" && reflect.DeepEqual(c.Routes, []Route{{"x:", "a"}, {"y:", "a"}})

@@ -13,6 +13,7 @@ limits:
   max_key_bytes: 250
   max_value_bytes: 1048576
   max_multiget_keys: 10000
+  allow_flush_all: true
 watch_config: true
 pools:
   main:

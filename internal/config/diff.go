@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strconv"
@@ -34,10 +35,11 @@ const restartNote = " (takes effect at the next restart)"
 func Diff(prev, next *Config) []string { return DiffSince(prev, prev, next) }
 
 // DiffSince is Diff for a process that started with started and has reloaded since: the
-// restart-only settings (listen, admin, limits.*, fire_and_forget.max_pending) are
-// compared with started, whose values the process still runs with, so that one changed at
-// an earlier reload is reported until a restart applies it, and one changed back is not
-// reported at all. Every other setting is compared with prev, the config in service.
+// restart-only settings (listen, admin, limits.* but allow_flush_all,
+// fire_and_forget.max_pending) are compared with started, whose values the process still
+// runs with, so that one changed at an earlier reload is reported until a restart applies
+// it, and one changed back is not reported at all. Every other setting is compared with
+// prev, the config in service.
 func DiffSince(started, prev, next *Config) []string {
 	var d differ
 	restart := func(key string, a, b any) { d.change("", key, a, b, restartNote) }
@@ -45,11 +47,16 @@ func DiffSince(started, prev, next *Config) []string {
 	restart("listen", quoteEmpty(started.Listen), quoteEmpty(next.Listen))
 	d.listenTLS(started, prev, next)
 	restart("admin", quoteEmpty(started.Admin), quoteEmpty(next.Admin))
+	live("admin_token_file", quoteEmpty(prev.AdminTokenFile), quoteEmpty(next.AdminTokenFile))
+	if prev.AdminTokenFile == next.AdminTokenFile && !bytes.Equal(prev.AdminToken, next.AdminToken) {
+		d.add("admin_token_file: token changed") // never the token itself: the line is logged
+	}
 	live("shutdown_timeout", prev.ShutdownTimeout, next.ShutdownTimeout)
 	restart("limits.max_connections", started.Limits.MaxConnections, next.Limits.MaxConnections)
 	restart("limits.max_key_bytes", started.Limits.MaxKeyBytes, next.Limits.MaxKeyBytes)
 	restart("limits.max_value_bytes", started.Limits.MaxValueBytes, next.Limits.MaxValueBytes)
 	restart("limits.max_multiget_keys", started.Limits.MaxMultigetKeys, next.Limits.MaxMultigetKeys)
+	live("limits.allow_flush_all", prev.Limits.AllowFlushAll, next.Limits.AllowFlushAll)
 	live("watch_config", prev.WatchConfig, next.WatchConfig)
 	live("apply_at", timeOrEmpty(prev.ApplyAt), timeOrEmpty(next.ApplyAt))
 	d.pools(prev, next)

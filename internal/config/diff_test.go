@@ -86,9 +86,18 @@ func TestDiff(t *testing.T) {
 			"hot_cache.ttl 2s → 1s",
 			`fire_and_forget.prefixes ["log:", "sess:"] → []`,
 		}},
+		{"admin token and flush_all", func(c *Config) {
+			c.AdminTokenFile, c.AdminToken, c.Limits.AllowFlushAll = "/etc/moxi/token", []byte("s3cret"), false
+		}, []string{
+			`admin_token_file "" → /etc/moxi/token`,
+			"limits.allow_flush_all true → false",
+		}},
+		{"admin token rotated in the same file", func(c *Config) {
+			c.AdminToken = []byte("new")
+		}, []string{"admin_token_file: token changed"}},
 		{"restart-only settings", func(c *Config) {
 			c.Listen, c.Admin = "127.0.0.1:11311", ""
-			c.Limits = Limits{MaxConnections: 1, MaxKeyBytes: 2, MaxValueBytes: 3, MaxMultigetKeys: 4}
+			c.Limits = Limits{MaxConnections: 1, MaxKeyBytes: 2, MaxValueBytes: 3, MaxMultigetKeys: 4, AllowFlushAll: true}
 			c.FireAndForget.MaxPending = 5
 		}, []string{
 			"listen 127.0.0.1:11211 → 127.0.0.1:11311 (takes effect at the next restart)",

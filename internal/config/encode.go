@@ -24,12 +24,16 @@ func (c *Config) YAML() ([]byte, error) {
 		put(root, "tls", m)
 	}
 	put(root, "admin", strNode(c.Admin))
+	if c.AdminTokenFile != "" {
+		put(root, "admin_token_file", strNode(c.AdminTokenFile))
+	}
 	put(root, "shutdown_timeout", durNode(c.ShutdownTimeout))
 	limits := mapNode()
 	put(limits, "max_connections", intNode(c.Limits.MaxConnections))
 	put(limits, "max_key_bytes", intNode(c.Limits.MaxKeyBytes))
 	put(limits, "max_value_bytes", intNode(c.Limits.MaxValueBytes))
 	put(limits, "max_multiget_keys", intNode(c.Limits.MaxMultigetKeys))
+	put(limits, "allow_flush_all", boolNode(c.Limits.AllowFlushAll))
 	put(root, "limits", limits)
 	put(root, "watch_config", boolNode(c.WatchConfig))
 	if !c.ApplyAt.IsZero() {

@@ -15,15 +15,15 @@ func TestErrors(t *testing.T) {
 		name, src, want string
 	}{
 		{"unknown top-level key", "lisen: x\n" + one + "    embedded: 1\n",
-			"m.yaml:1: lisen: unknown key"},
+			"m.yaml:1: lisen: unknown key; did you mean listen?"},
 		{"unknown pool key", one + "    conections: 3\n    embedded: 1\n",
-			"m.yaml:3: pools.p.conections: unknown key"},
+			"m.yaml:3: pools.p.conections: unknown key; did you mean connections?"},
 		{"unknown server key", one + "    servers:\n      - {addr: \"h:1\", wieght: 2}\n",
-			"m.yaml:4: pools.p.servers[0].wieght: unknown key"},
+			"m.yaml:4: pools.p.servers[0].wieght: unknown key; did you mean weight?"},
 		{"unknown limits key", one + "    embedded: 1\nlimits:\n  max_keys: 3\n",
 			"m.yaml:5: limits.max_keys: unknown key"},
 		{"unknown hot_cache key", one + "    embedded: 1\nhot_cache: {prefix: [a]}\n",
-			"m.yaml:4: hot_cache.prefix: unknown key"},
+			"m.yaml:4: hot_cache.prefix: unknown key; did you mean prefixes?"},
 		{"merge key", one + "    embedded: 1\n    <<: {timeout: 1s}\n",
 			"m.yaml:4: pools.p.<<: merge keys are not supported; repeat the settings"},
 		{"duplicate key", one + "    embedded: 1\n    embedded: 2\n",
@@ -31,7 +31,20 @@ func TestErrors(t *testing.T) {
 		{"duplicate pool", one + "    embedded: 1\n  p:\n    embedded: 1\n",
 			"m.yaml:4: pools.p: duplicate key (first at line 2)"},
 		{"bad yaml", "pools: [\n", "m.yaml:1: did not find expected node content"},
-		{"tab indentation", "pools:\n\tp: {}\n", "m.yaml:2: found character that cannot start any token"},
+		{"tab indentation", "pools:\n\tp: {}\n", "m.yaml:2: indented with a tab: YAML indents with spaces only"},
+		{"tab after spaces", one + "    embedded: 1\n  \t  timeout: 1s\n", "m.yaml:4: indented with a tab: YAML indents with spaces only"},
+		{"tab in a value is no syntax error", one + "    embedded: 1\n    hash:\tmd6\n",
+			`m.yaml:4: pools.p.hash: unknown hash "md6": want one of crc16, crc32, crc32a, fnv1_32, fnv1_64, fnv1a_32, fnv1a_64, hsieh, jenkins, md5, murmur, one_at_a_time`},
+		{"misspelt distribution", one + "    embedded: 1\n    distrbution: ketama\n",
+			"m.yaml:4: pools.p.distrbution: unknown key; did you mean distribution?"},
+		{"misspelt limits key", one + "    embedded: 1\nlimits: {max_conections: 3}\n",
+			"m.yaml:4: limits.max_conections: unknown key; did you mean max_connections?"},
+		{"key swapped letters", one + "    embedded: 1\n    tiemout: 1s\n",
+			"m.yaml:4: pools.p.tiemout: unknown key; did you mean timeout?"},
+		{"key too far from any", one + "    embedded: 1\n    color: red\n",
+			"m.yaml:4: pools.p.color: unknown key"},
+		{"nutcracker.yml", "alpha:\n  listen: 127.0.0.1:22121\n  hash: fnv1a_64\n  distribution: ketama\n  servers:\n   - 127.0.0.1:11211:1\n",
+			"m.yaml:1: alpha: unknown key; this looks like a twemproxy pool (nutcracker.yml): moxi's pools go under pools:, and `moxi --from-twemproxy m.yaml` prints the equivalent moxi config"},
 		{"two documents", one + "    embedded: 1\n---\nlisten: x\n", "m.yaml:4: only one YAML document is allowed"},
 		{"root not a mapping", "- a\n", "m.yaml:1: want a mapping, got a list"},
 		{"empty file", "", "m.yaml: pools: at least one pool is required"},
@@ -217,7 +230,7 @@ func TestErrorType(t *testing.T) {
 	if !errors.As(err, &e) {
 		t.Fatalf("error %v is not an *Error", err)
 	}
-	want := Error{File: "moxi.yaml", Line: 4, Field: "pools.p.conections", Msg: "unknown key"}
+	want := Error{File: "moxi.yaml", Line: 4, Field: "pools.p.conections", Msg: "unknown key; did you mean connections?"}
 	if *e != want {
 		t.Errorf("got %+v, want %+v", *e, want)
 	}

@@ -160,7 +160,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, fields map[string]field) ma
 				d.fail(k, join(path, key), "merge keys are not supported; repeat the settings")
 				return
 			}
-			d.fail(k, join(path, key), "unknown key")
+			d.fail(k, join(path, key), "%s", d.unknownKey(key, v, path, fields))
 			return
 		}
 		seen[key] = v

@@ -32,6 +32,7 @@ type links struct {
 	defaultPool *yaml.Node            // value of `default_pool`
 	backups     map[string]*yaml.Node // pool name -> its `backup` value
 	routePools  []*yaml.Node          // value of each valid route's `pool`, as c.Routes
+	twemproxy   bool                  // no pools, but twemproxy pools at the top level: nothing to link
 }
 
 // Parse reads a config file's contents, fills in every default and validates the result.
@@ -45,7 +46,7 @@ func Parse(data []byte, filename string) (*Config, error) {
 	}
 	c := newConfig()
 	l := &links{backups: map[string]*yaml.Node{}}
-	if d.config(c, root, l) {
+	if d.config(c, root, l) && !l.twemproxy {
 		d.link(c, l)
 	}
 	if err := d.err(); err != nil {
@@ -63,7 +64,7 @@ func (d *decoder) document(data []byte) (*yaml.Node, bool) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		d.syntax(err)
+		d.syntax(err, data)
 		return nil, false
 	}
 	var next yaml.Node
@@ -72,7 +73,7 @@ func (d *decoder) document(data []byte) (*yaml.Node, bool) {
 		d.fail(&next, "", "only one YAML document is allowed")
 		return nil, false
 	case !errors.Is(err, io.EOF):
-		d.syntax(err)
+		d.syntax(err, data)
 		return nil, false
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
@@ -81,10 +82,18 @@ func (d *decoder) document(data []byte) (*yaml.Node, bool) {
 	return deref(doc.Content[0]), true
 }
 
-func (d *decoder) syntax(err error) {
+// syntax reports a YAML syntax error at its line. A tab in the indentation up to that
+// line is named as the cause: YAML indents with spaces only, and yaml.v3's own words
+// for it ("found character that cannot start any token") do not say so.
+func (d *decoder) syntax(err error, data []byte) {
 	msg := err.Error()
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
+		// yaml.v3 may name the line before the tab's.
+		if tab := tabLine(data); tab > 0 && tab <= line+1 {
+			d.fail(&yaml.Node{Line: tab}, "", "indented with a tab: YAML indents with spaces only")
+			return
+		}
 		d.fail(&yaml.Node{Line: line}, "", "%s", m[2])
 		return
 	}
@@ -101,15 +110,21 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 		d.fail(root, "", "want a mapping, got %s", describe(root))
 		return false
 	}
+	twemproxy := false
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		if root.Content[i].Value == "pools" {
 			l.poolsKey = root.Content[i]
 		}
+		twemproxy = twemproxy || twemproxyPool(deref(root.Content[i+1]))
 	}
+	// A nutcracker.yml has pools but no pools key: its unknown keys say what to do, and
+	// "at least one pool is required" would only add noise.
+	l.twemproxy = twemproxy && l.poolsKey == nil
 	seen := d.mapping(root, "", map[string]field{
 		"listen":           d.listenAddr(&c.Listen, false, true),
 		"tls":              func(v *yaml.Node, path string) { c.TLS = d.listenTLS(v, path) },
 		"admin":            d.listenAddr(&c.Admin, true, false),
+		"admin_token_file": d.str(&c.AdminTokenFile),
 		"shutdown_timeout": d.duration(&c.ShutdownTimeout, false),
 		"limits": func(v *yaml.Node, path string) {
 			d.mapping(v, path, map[string]field{
@@ -117,6 +132,7 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 				"max_key_bytes":     d.integer(&c.Limits.MaxKeyBytes, 1, protocol.MaxKeyLength),
 				"max_value_bytes":   d.integer(&c.Limits.MaxValueBytes, 1, maxValueBytes),
 				"max_multiget_keys": d.integer(&c.Limits.MaxMultigetKeys, 1, math.MaxInt),
+				"allow_flush_all":   d.boolean(&c.Limits.AllowFlushAll),
 			})
 		},
 		"watch_config": d.boolean(&c.WatchConfig),

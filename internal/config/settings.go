@@ -12,8 +12,8 @@ import (
 type Setting struct{ Name, Value string }
 
 // Settings lists the effective config for "stats settings": first the few settings memcached
-// also has, under memcached's names (so tools that read them find them; evictions, cas and
-// flush_all are what the servers behind a proxy do), then every key of
+// also has, under memcached's names (so tools that read them find them; evictions and cas
+// are what the servers behind a proxy do, flush_enabled is limits.allow_flush_all), then every key of
 // YAML's rendering, named by its path ("pools.main.timeout", "routes.0.prefix"), lists
 // joined by commas and empty strings shown as NULL, as memcached shows an unset setting.
 func (c *Config) Settings() ([]Setting, error) {
@@ -23,6 +23,10 @@ func (c *Config) Settings() ([]Setting, error) {
 	} else if _, p, err := net.SplitHostPort(c.Listen); err == nil {
 		port = p
 	}
+	flush := "yes"
+	if !c.Limits.AllowFlushAll {
+		flush = "no"
+	}
 	out := []Setting{
 		{"maxconns", strconv.Itoa(c.Limits.MaxConnections)},
 		{"tcpport", port},
@@ -31,7 +35,7 @@ func (c *Config) Settings() ([]Setting, error) {
 		{"binding_protocol", "auto-negotiate"},
 		{"evictions", "on"},
 		{"cas_enabled", "yes"},
-		{"flush_enabled", "yes"},
+		{"flush_enabled", flush},
 	}
 	b, err := c.YAML()
 	if err != nil {

@@ -216,6 +216,9 @@ func (c *conn) readBusy() error {
 					}
 					return protocol.AppendTextError(dst, re)
 				})
+				if c.s.Rejected != nil {
+					c.s.Rejected(re)
+				}
 				if re.Close {
 					return err
 				}

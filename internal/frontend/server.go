@@ -37,9 +37,13 @@ type Server struct {
 	Limits         protocol.Limits // protocol.DefaultLimits when zero
 	MaxConnections int             // further clients get "SERVER_ERROR too many connections"; 0 = unlimited
 	Logger         *slog.Logger    // nil = slog.Default()
+	// Rejected, when set, is told of every request the decoder rejected, once its answer
+	// (ERROR, CLIENT_ERROR or SERVER_ERROR) is queued: the handler never sees those.
+	Rejected func(*protocol.RequestError)
 
 	current atomic.Int64
-	total   atomic.Uint64
+	total   atomic.Uint64 // connections accepted
+	refused atomic.Uint64 // connections refused over MaxConnections
 
 	readers  sync.Pool     // of *bufio.Reader, lent to connections while they are busy
 	work     chan *task    // hands a pipelined task to an idle worker (see dispatch)
@@ -65,12 +69,21 @@ type Server struct {
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("frontend: server closed")
 
-// RegisterMetrics exports moxi_connections_current to reg.
+// RegisterMetrics exports moxi_connections_current and moxi_connections_total{result} to
+// reg.
 func (s *Server) RegisterMetrics(reg prometheus.Registerer) {
+	connections := func(result string, n *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "moxi_connections_total",
+			Help:        "Client connections since start, by result: accepted, or rejected over limits.max_connections.",
+			ConstLabels: prometheus.Labels{"result": result},
+		}, func() float64 { return float64(n.Load()) })
+	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "moxi_connections_current",
 		Help: "Client connections open now.",
-	}, func() float64 { return float64(s.current.Load()) }))
+	}, func() float64 { return float64(s.current.Load()) }),
+		connections("accepted", &s.total), connections("rejected", &s.refused))
 }
 
 // Connections reports the client connections open now and accepted since start.
@@ -106,6 +119,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		tempDelay = 0
 		if n := s.current.Add(1); s.MaxConnections > 0 && n > int64(s.MaxConnections) {
 			s.current.Add(-1)
+			s.refused.Add(1)
 			refuse(nc)
 			continue
 		}

@@ -13,6 +13,7 @@ const (
 	binMsgNoMemory       = "Out of memory"
 	binMsgUnknownCommand = "Unknown command"
 	binMsgTempFailure    = "Temporary failure"
+	binMsgAuthError      = "Auth failure."
 )
 
 // binStatusMsg is memcached's text for a binary status code.
@@ -36,6 +37,8 @@ func binStatusMsg(code uint16) string {
 		return binMsgUnknownCommand
 	case BinStatusTempFailure:
 		return binMsgTempFailure
+	case BinStatusAuthError:
+		return binMsgAuthError
 	}
 	return ""
 }
@@ -55,7 +58,7 @@ func binAppendHeader(dst []byte, magic, opcode uint8, keyLen, extLen int, status
 // binAppendStatus appends an answer carrying only a status and its text, as memcached
 // writes errors: no extras, no key, cas 0.
 func binAppendStatus(dst []byte, req *Request, code uint16, msg string) []byte {
-	if msg == "" {
+	if msg == "" || code == BinStatusAuthError { // memcached -F answers a refused flush with its fixed text
 		msg = binStatusMsg(code)
 	}
 	dst = binAppendHeader(dst, binMagicResponse, req.Opcode, 0, 0, code, len(msg), req.Opaque, 0)

@@ -160,6 +160,7 @@ const (
 	StatusNoMemory                     // SERVER_ERROR out of memory storing object
 	StatusUnknownCommand               // ERROR
 	StatusTempFailure                  // SERVER_ERROR <Msg>: no server could answer
+	StatusAuthError                    // CLIENT_ERROR <Msg> (binary: "Auth failure."): a command the proxy is set to refuse, as memcached -F refuses flush_all
 )
 
 // Binary status codes (memcached's protocol_binary.h).
@@ -171,6 +172,7 @@ const (
 	BinStatusInvalid        uint16 = 0x0004
 	BinStatusNotStored      uint16 = 0x0005
 	BinStatusNonNumeric     uint16 = 0x0006
+	BinStatusAuthError      uint16 = 0x0020
 	BinStatusUnknownCommand uint16 = 0x0081
 	BinStatusNoMemory       uint16 = 0x0082
 	BinStatusNotSupported   uint16 = 0x0083
@@ -200,6 +202,8 @@ func (s Status) BinaryStatus() uint16 {
 		return BinStatusNoMemory
 	case StatusUnknownCommand:
 		return BinStatusUnknownCommand
+	case StatusAuthError:
+		return BinStatusAuthError
 	default:
 		return BinStatusTempFailure
 	}

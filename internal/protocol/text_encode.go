@@ -138,7 +138,7 @@ func appendTextStatus(dst []byte, r *Response) []byte {
 		return appendTextLine(dst, "SERVER_ERROR ", textMsgTooLarge)
 	case StatusNoMemory:
 		return appendTextLine(dst, "SERVER_ERROR ", textMsgNoMemory)
-	case StatusInvalid:
+	case StatusInvalid, StatusAuthError:
 		return appendTextLine(dst, "CLIENT_ERROR ", r.Msg)
 	case StatusUnknownCommand:
 		return append(dst, "ERROR\r\n"...)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,6 +114,8 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 	switch {
 	case req.Op.IsRetrieval():
 		resps = p.retrieve(ctx, t, req, resps)
+	case req.Op == protocol.OpFlushAll && t.NoFlushAll:
+		resps = append(resps, flushRefused)
 	case req.Op == protocol.OpFlushAll:
 		resps = append(resps, p.everyServer(ctx, t, req))
 		if t.Hot != nil {
@@ -144,7 +147,16 @@ func (p *Proxy) account(req *protocol.Request, resps []protocol.Response, start 
 	p.stats.detail.record(req, resps) // one atomic load while "stats detail" is off
 	p.metrics.requests[req.Op].Inc()
 	p.metrics.duration[req.Op].Observe(time.Since(start).Seconds())
+	p.metrics.answered(req, resps)
 }
+
+// flushRefused is memcached -F's answer to flush_all (text) and flush (binary: status
+// 0x0020 with its own text, which the codec writes).
+var flushRefused = protocol.Response{Status: protocol.StatusAuthError, Msg: "flush_all not allowed"}
+
+// CountRejected counts the answer to a request the client's decoder rejected (the
+// frontend answers those itself) in moxi_error_answers_total.
+func (p *Proxy) CountRejected(e *protocol.RequestError) { p.metrics.rejected(e.Status) }
 
 // do runs a single-key request for key in pl on the member that serves it (see recover).
 func (p *Proxy) do(ctx context.Context, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) {
@@ -189,15 +201,29 @@ func (p *Proxy) recover(ctx context.Context, pl *pool.Pool, key []byte, req *pro
 	}
 }
 
-// failAll answers every response of req with the SERVER_ERROR for err on m.
+// failAll answers every response of req with the SERVER_ERROR for err on m (backendMsg).
 func failAll(m *pool.Member, err error, req *protocol.Request, resps []protocol.Response) {
-	failed := protocol.Response{Status: protocol.StatusTempFailure, Msg: "backend " + m.Name + ": " + err.Error()}
+	failed := protocol.Response{Status: protocol.StatusTempFailure, Msg: backendMsg(m, err)}
 	for i := range resps {
 		resps[i] = failed
 		if req.Op.IsRetrieval() {
 			resps[i].Key = req.Keys[i]
 		}
 	}
+}
+
+// backendMsg is the SERVER_ERROR text for err from m's server. The backend's errors begin
+// with the server's address already, so it is added only when missing; a server whose name
+// is not its address is named first ("backend mc3 10.0.0.3:11211: server marked dead").
+func backendMsg(m *pool.Member, err error) string {
+	reason := err.Error()
+	if !strings.HasPrefix(reason, m.Addr+": ") {
+		reason = m.Addr + ": " + reason
+	}
+	if !strings.HasPrefix(m.Addr, m.Name) {
+		reason = m.Name + " " + reason
+	}
+	return "backend " + reason
 }
 
 // retryable says whether a request may be sent again when the server did not answer. A

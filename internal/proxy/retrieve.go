@@ -202,7 +202,7 @@ func (p *Proxy) fanOut(ctx context.Context, poolFor func([]byte) *pool.Pool, req
 				idx = append(idx, sh.idx...)
 				continue
 			}
-			failed := protocol.Response{Status: protocol.StatusTempFailure, Msg: "backend " + sh.member.Name + ": " + err.Error()}
+			failed := protocol.Response{Status: protocol.StatusTempFailure, Msg: backendMsg(sh.member, err)}
 			for _, i := range sh.idx {
 				out[i] = failed
 				out[i].Key = req.Keys[i]

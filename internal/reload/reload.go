@@ -55,6 +55,9 @@ func Load(path string, override func(*config.Config) error) (Loaded, error) {
 		if err := l.Config.LoadTLS(path); err != nil {
 			return Loaded{Sum: l.Sum}, err
 		}
+		if err := l.Config.LoadAdminToken(path); err != nil {
+			return Loaded{Sum: l.Sum}, err
+		}
 	}
 	if override != nil {
 		if err := override(l.Config); err != nil {
@@ -84,6 +87,10 @@ type Reloader struct {
 	startup *config.Config // the config moxi started with: restart-only settings are compared to it
 	reloads *prometheus.CounterVec
 	current atomic.Pointer[config.Config]
+
+	// lastOK and lastOKAt are moxi_config_last_reload_successful and
+	// moxi_config_last_reload_success_timestamp_seconds (the start counts as a success).
+	lastOK, lastOKAt prometheus.Gauge
 
 	mu        sync.Mutex         // one reload at a time; guards applied, tried and scheduled
 	applied   Sum                // the bytes in service
@@ -120,7 +127,17 @@ func New(opts Options, initial Loaded) *Reloader {
 	}, []string{"result"})
 	r.reloads.WithLabelValues("ok")
 	r.reloads.WithLabelValues("error")
-	reg.MustRegister(r.reloads)
+	r.lastOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "moxi_config_last_reload_successful",
+		Help: "1 when the last config reload succeeded (or none was tried since start), 0 when it failed.",
+	})
+	r.lastOKAt = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "moxi_config_last_reload_success_timestamp_seconds",
+		Help: "When the config in service was loaded: the last successful reload, or the start.",
+	})
+	r.lastOK.Set(1)
+	r.lastOKAt.SetToCurrentTime()
+	reg.MustRegister(r.reloads, r.lastOK, r.lastOKAt)
 	r.current.Store(initial.Config)
 	return r
 }
@@ -140,11 +157,14 @@ func (r *Reloader) reloadLocked(source string) (string, error) {
 	summary, err := r.apply()
 	if err != nil {
 		r.reloads.WithLabelValues("error").Inc()
+		r.lastOK.Set(0)
 		r.opts.Logger.Error("config reload rejected; the running topology is kept", "source", source, "err", err)
 		return "", err
 	}
 	r.reloads.WithLabelValues("ok").Inc()
-	r.opts.Logger.Info("config reloaded", "source", source, "changes", strings.TrimSpace(strings.ReplaceAll(summary, "\n", "; ")))
+	r.lastOK.Set(1)
+	r.lastOKAt.SetToCurrentTime()
+	r.opts.Logger.Info("config reloaded", "source", source, "changes", strings.ReplaceAll(strings.TrimSpace(summary), "\n", "; "))
 	return summary, nil
 }
 

@@ -1,10 +1,12 @@
 package reload
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -196,5 +198,44 @@ func TestConcurrentReloads(t *testing.T) {
 	h.stopWatching()
 	if n := h.reloads("error"); n != 0 {
 		t.Errorf("%v failed reloads", n)
+	}
+}
+
+// TestReloadSummary: the answer and the log line name each change, and restart-only
+// settings are compared with what the process runs: listen set back to the running
+// address is no change, though the file in service had another.
+func TestReloadSummary(t *testing.T) {
+	const base = "listen: 127.0.0.1:0\nadmin: \"\"\npools:\n  main:\n    servers:\n      - 127.0.0.1:11212\n"
+	h := newHarness(t, base)
+	var logs bytes.Buffer
+	h.r.opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	steps := []struct {
+		name, file, want string
+	}{
+		{"server added and timeout", base + "      - 127.0.0.1:11213\n    timeout: 300ms\n",
+			"pool main: servers added: 127.0.0.1:11213\npool main: timeout 250ms → 300ms\n"},
+		{"listen moved", "listen: 127.0.0.1:1\n" + base[len("listen: 127.0.0.1:0\n"):],
+			"listen 127.0.0.1:0 → 127.0.0.1:1 (takes effect at the next restart)\n" +
+				"pool main: servers removed: 127.0.0.1:11213\npool main: timeout 300ms → 250ms\n"},
+		{"listen back to the running address", base, "no changes\n"},
+		{"route and top-level setting", base + "  spare:\n    embedded: 1\ndefault_pool: main\nroutes: [{prefix: \"s:\", pool: spare}]\ndedup: false\n",
+			"pool spare: added\n" + `routes: "s:" → spare added` + "\ndedup true → false\n"},
+	}
+	for _, s := range steps {
+		h.write(s.file)
+		got, err := h.r.Reload("test")
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if got != s.want {
+			t.Errorf("%s: summary\n%s\nwant\n%s", s.name, got, s.want)
+		}
+	}
+	want := `changes="pool main: servers added: 127.0.0.1:11213; pool main: timeout 250ms → 300ms"`
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %s:\n%s", want, logs.String())
+	}
+	if n := strings.Count(logs.String(), "next restart"); n != 1 {
+		t.Errorf("%d log lines say a restart is needed, want 1 (listen moved, not listen moved back):\n%s", n, logs.String())
 	}
 }

@@ -28,6 +28,7 @@ type Topology struct {
 	Dedup         bool            // coalesce identical concurrent get/gets
 	Hot           *hotcache.Cache // nil: no hot cache
 	FireAndForget [][]byte        // prefixes whose writes are answered at once and sent in the background
+	NoFlushAll    bool            // refuse flush_all and binary flush, as memcached -F does (limits.allow_flush_all: false)
 
 	// Next, when set, replaces this table from NextAt on (a config's apply_at): every
 	// request that starts then uses it, however late the timer that installs it fires.

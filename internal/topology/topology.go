@@ -138,7 +138,7 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 		pd.abortLocked()
 		return nil, fmt.Errorf("default pool %q does not exist", def)
 	}
-	t.Dedup = cfg.Dedup
+	t.Dedup, t.NoFlushAll = cfg.Dedup, !cfg.Limits.AllowFlushAll
 	if len(cfg.HotCache.Prefixes) > 0 {
 		t.Hot = hotcache.New(cfg.HotCache.Prefixes, cfg.HotCache.MaxItems, cfg.HotCache.TTL)
 	}

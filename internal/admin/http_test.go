@@ -1,0 +1,247 @@
+package admin
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/migrate"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/topology"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeServer is a pool server that is only up or down: readiness asks nothing else.
+type fakeServer struct {
+	pool.Server
+	up bool
+}
+
+func (f fakeServer) Up() bool { return f.up }
+
+// fixed is a topology, a reloader and a migration list that never change.
+type fixed struct {
+	t   *topology.Topology
+	cfg *config.Config
+}
+
+func (f fixed) Topology() *topology.Topology  { return f.t }
+func (f fixed) Migrations() []migrate.Status  { return nil }
+func (f fixed) Config() *config.Config        { return f.cfg }
+func (f fixed) Reload(string) (string, error) { return "no changes\n", nil }
+func (f fixed) with(cfg *config.Config) fixed { f.cfg = cfg; return f }
+func (f fixed) handler(draining func() bool) http.Handler {
+	return Handler(Sources{Registry: prometheus.NewRegistry(), Topologies: f, Migrations: f, Reloader: f, Draining: draining})
+}
+
+// topologyOf is a topology with one pool per entry, of servers up or down as given.
+func topologyOf(t *testing.T, pools map[string][]bool) fixed {
+	t.Helper()
+	topo := &topology.Topology{}
+	for name, ups := range pools {
+		var ms []pool.Member
+		for i, up := range ups {
+			ms = append(ms, pool.Member{Name: name + string(rune('a'+i)), Addr: "127.0.0.1:1", Weight: 1, Server: fakeServer{up: up}})
+		}
+		pl, err := pool.New(name, pool.Options{}, ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		topo.Pools = append(topo.Pools, pl)
+	}
+	topo.Default = topo.Pools[0]
+	return fixed{t: topo, cfg: config.Default()}
+}
+
+func get(h http.Handler, method, path, auth string) (int, string) {
+	r := httptest.NewRequest(method, path, nil)
+	if auth != "" {
+		r.Header.Set("Authorization", auth)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code, w.Body.String()
+}
+
+func TestReadyz(t *testing.T) {
+	cases := []struct {
+		name     string
+		pools    map[string][]bool
+		draining bool
+		code     int
+		body     string
+	}{
+		{"every pool has a live server", map[string][]bool{"main": {true, false}, "spare": {true}}, false, 200, "ready\n"},
+		{"a pool with every server dead", map[string][]bool{"main": {true}, "spare": {false, false}}, false, 503, "no live server in pool spare\n"},
+		{"draining", map[string][]bool{"main": {true}}, true, 503, "draining: moxi is shutting down\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := topologyOf(t, c.pools).handler(func() bool { return c.draining })
+			if code, body := get(h, "GET", "/readyz", ""); code != c.code || body != c.body {
+				t.Errorf("GET /readyz = %d %q, want %d %q", code, body, c.code, c.body)
+			}
+			if code, _ := get(h, "GET", "/healthz", ""); code != 200 {
+				t.Errorf("GET /healthz = %d, want 200 (liveness whatever the servers)", code)
+			}
+		})
+	}
+}
+
+func TestAdminToken(t *testing.T) {
+	cfg := config.Default()
+	cfg.AdminToken = []byte("s3cret")
+	h := topologyOf(t, map[string][]bool{"main": {true}}).with(cfg).handler(nil)
+	cases := []struct {
+		name, method, path, auth string
+		code                     int
+	}{
+		{"config without a token", "GET", "/config", "", 401},
+		{"config with another token", "GET", "/config", "Bearer s3cre", 401},
+		{"config with basic auth", "GET", "/config", "Basic s3cret", 401},
+		{"config with the token", "GET", "/config", "Bearer s3cret", 200},
+		{"reload without a token", "POST", "/reload", "", 401},
+		{"reload with the token", "POST", "/reload", "Bearer s3cret", 200},
+		{"servers without a token", "GET", "/servers", "", 401},
+		{"migrations without a token", "GET", "/migrations", "", 401},
+		{"migrations with the token", "GET", "/migrations", "bearer s3cret", 200},
+		{"metrics stay open", "GET", "/metrics", "", 200},
+		{"healthz stays open", "GET", "/healthz", "", 200},
+		{"readyz stays open", "GET", "/readyz", "", 200},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, body := get(h, c.method, c.path, c.auth)
+			if code != c.code {
+				t.Errorf("%s %s (Authorization %q) = %d %q, want %d", c.method, c.path, c.auth, code, body, c.code)
+			}
+		})
+	}
+	// Without admin_token_file nothing asks for one.
+	open := topologyOf(t, map[string][]bool{"main": {true}}).handler(nil)
+	if code, _ := get(open, "GET", "/config", ""); code != 200 {
+		t.Errorf("GET /config without admin_token_file = %d, want 200", code)
+	}
+}
+
+// TestHalfSentRequestsDropped: clients that send half a request are disconnected when
+// the header timeout passes, those past the connection cap at once, and a whole request
+// is served afterwards.
+func TestHalfSentRequestsDropped(t *testing.T) {
+	b := DefaultBounds
+	b.ReadHeaderTimeout, b.MaxConns = 300*time.Millisecond, 8
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(topologyOf(t, map[string][]bool{"main": {true}}).handler(nil), b, nil)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(Listen(ln, b)) }()
+	defer func() {
+		srv.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Error(err)
+		}
+	}()
+
+	const clients = 100
+	start := time.Now()
+	conns := make([]net.Conn, clients)
+	for i := range conns {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: moxi\r\nX-Half: "); err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	for i, c := range conns {
+		_ = c.SetReadDeadline(start.Add(10 * time.Second)) // a bound for a broken server; the check is below
+		n, err := io.Copy(io.Discard, c)                   // until the server closes it (an answer such as 408 may come first)
+		// EOF, or a reset for a connection closed with its request unread, is the point.
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("client %d: not disconnected after %v (%d bytes read): %v", i, time.Since(start), n, err)
+		}
+	}
+	// Generous on a loaded machine, yet far below what an unbounded server would take (never).
+	if took := time.Since(start); took > b.ReadHeaderTimeout+3*time.Second {
+		t.Errorf("%d half-sent requests took %v to be dropped with a header timeout of %v", clients, took, b.ReadHeaderTimeout)
+	}
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: moxi\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != "ok" {
+		t.Errorf("GET /healthz after the flood = %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestListenCap: connections past the cap are closed as accepted, and a closed
+// connection gives its slot back, once however often it is closed.
+func TestListenCap(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Listen(ln, Bounds{MaxConns: 2})
+	defer l.Close()
+	accepted := make(chan net.Conn)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	dial()
+	dial()
+	first, second := <-accepted, <-accepted
+	over := dial() // closed by the listener: reads EOF
+	_ = over.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := over.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("connection past the cap: read %v, want EOF", err)
+	}
+	first.Close()
+	first.Close() // the slot is given back once
+	dial()
+	if c := <-accepted; c == nil {
+		t.Fatal("no connection accepted after one closed")
+	} else {
+		c.Close()
+	}
+	second.Close()
+}

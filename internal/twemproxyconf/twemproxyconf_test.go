@@ -1,0 +1,235 @@
+package twemproxyconf
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/pool"
+)
+
+// convert converts src and parses the result as moxi does, failing the test on any error.
+func convert(t *testing.T, src string) (string, *config.Config) {
+	t.Helper()
+	out, err := Convert([]byte(src), "nutcracker.yml")
+	if err != nil {
+		t.Fatalf("Convert: %v\n%s", err, src)
+	}
+	cfg, err := config.Parse(out, "converted.yaml")
+	if err != nil {
+		t.Fatalf("moxi rejects the converted config: %v\n%s", err, out)
+	}
+	return string(out), cfg
+}
+
+// migrationExample is the nutcracker.yml that configs/twemproxy-migration.yaml says it
+// corresponds to.
+const migrationExample = `alpha:
+  listen: 127.0.0.1:22121
+  hash: fnv1a_64
+  distribution: ketama
+  auto_eject_hosts: true
+  timeout: 400
+  server_retry_timeout: 2000
+  server_failure_limit: 2
+  server_connections: 2
+  servers:
+   - 127.0.0.1:11211:1
+   - 127.0.0.1:11212:1
+   - 127.0.0.1:11213:2 cache-c
+`
+
+// TestMigrationExample: the conversion is the config the project ships for that file,
+// setting for setting.
+func TestMigrationExample(t *testing.T) {
+	_, got := convert(t, migrationExample)
+	want, err := config.Load("../../configs/twemproxy-migration.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := config.Diff(want, got); d != nil {
+		t.Errorf("converted config differs from configs/twemproxy-migration.yaml:\n\t%s", strings.Join(d, "\n\t"))
+	}
+}
+
+// TestPlacementVectors converts every pool recorded from a live nutcracker (the ketama
+// package's vectors: every hash, ketama and modula, equal and unequal weights, named and
+// unnamed servers, port 11211) and checks that the moxi pool built from the converted
+// config puts every recorded key on the server nutcracker put it on.
+func TestPlacementVectors(t *testing.T) {
+	keys, pools := readPlacement(t, "../ketama/testdata/twemproxy_placement.txt")
+	for _, p := range pools {
+		t.Run(fmt.Sprintf("%s/%s/%s", p.dist, p.hash, strings.Join(p.servers, ",")), func(t *testing.T) {
+			src := "p:\n  listen: 127.0.0.1:22121\n  distribution: " + p.dist + "\n  hash: " + p.hash + "\n  servers:\n"
+			for _, s := range p.servers {
+				src += "   - " + s + "\n"
+			}
+			_, cfg := convert(t, src)
+			pc := cfg.Pools[0]
+			members := make([]pool.Member, len(pc.Servers))
+			for i, s := range pc.Servers {
+				members[i] = pool.Member{Name: s.RingName(), Addr: s.Addr, Weight: s.Weight}
+			}
+			moxi, err := pool.New(pc.Name, pool.Options{Distribution: pc.Distribution, Hash: pc.Hash}, members)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, key := range keys {
+				if got := moxi.Owner([]byte(key)); got != p.owners[i] {
+					t.Fatalf("key %q: moxi server %d, nutcracker %d", key, got, p.owners[i])
+				}
+			}
+		})
+	}
+}
+
+type recordedPool struct {
+	dist, hash string
+	servers    []string
+	owners     []int
+}
+
+// readPlacement parses the ketama package's placement file: `key "quoted"` lines, then per
+// pool a `pool DIST HASH SPEC|SPEC|…` line and an `owners DIGITS` line.
+func readPlacement(t *testing.T, path string) ([]string, []recordedPool) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var keys []string
+	var pools []recordedPool
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		kind, rest, _ := strings.Cut(sc.Text(), " ")
+		switch kind {
+		case "key":
+			k, err := strconv.Unquote(rest)
+			if err != nil {
+				t.Fatalf("bad key line %q", sc.Text())
+			}
+			keys = append(keys, k)
+		case "pool":
+			f := strings.SplitN(rest, " ", 3)
+			pools = append(pools, recordedPool{dist: f[0], hash: f[1], servers: strings.Split(f[2], "|")})
+		case "owners":
+			for _, c := range rest {
+				pools[len(pools)-1].owners = append(pools[len(pools)-1].owners, int(c-'0'))
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) == 0 || len(pools) == 0 {
+		t.Fatalf("%s: %d keys, %d pools", path, len(keys), len(pools))
+	}
+	return keys, pools
+}
+
+// TestConvert checks settings and comments of the output for each kind of input.
+func TestConvert(t *testing.T) {
+	tests := []struct {
+		name  string
+		src   string
+		check func(t *testing.T, out string, c *config.Config)
+	}{
+		{"twemproxy's defaults written out", "a:\n  listen: 127.0.0.1:22121\n  servers: [\"10.0.0.1:11211:1\"]\n",
+			func(t *testing.T, out string, c *config.Config) {
+				p := c.Pools[0]
+				if p.Hash != "fnv1a_64" || p.Distribution != "ketama" || p.Failover {
+					t.Errorf("hash %s, distribution %s, failover %v: want twemproxy's fnv1a_64, ketama, false", p.Hash, p.Distribution, p.Failover)
+				}
+				has(t, out, "twemproxy waits for a server forever without timeout")
+			}},
+		{"ipv6 servers get brackets", "a:\n  listen: 127.0.0.1:22121\n  servers:\n   - ::1:11211:1\n   - fe80::2:11300:2 b\n",
+			func(t *testing.T, out string, c *config.Config) {
+				s := c.Pools[0].Servers
+				if s[0].Addr != "[::1]:11211" || s[0].RingName() != "::1" || s[1].Addr != "[fe80::2]:11300" || s[1].Name != "b" || s[1].Weight != 2 {
+					t.Errorf("servers %+v", s)
+				}
+			}},
+		{"durations and limits", "a:\n  listen: 127.0.0.1:22121\n  timeout: 1500\n  server_retry_timeout: 30000\n  server_failure_limit: 3\n  server_connections: 1\n  auto_eject_hosts: true\n  servers: [\"h:1:1\"]\n",
+			func(t *testing.T, out string, c *config.Config) {
+				p := c.Pools[0]
+				if p.Timeout.String() != "1.5s" || p.DeadBackoff.String() != "30s" || p.DeadBackoffMax.String() != "30s" ||
+					p.FailureLimit != 3 || p.Connections != 1 || !p.Failover {
+					t.Errorf("pool %+v", p)
+				}
+			}},
+		{"random distribution", "a:\n  listen: 127.0.0.1:22121\n  distribution: random\n  servers: [\"h:1:1\"]\n",
+			func(t *testing.T, out string, c *config.Config) {
+				has(t, out, "distribution: random sends each request to any server; moxi has no")
+				if c.Pools[0].Distribution != "ketama" {
+					t.Errorf("distribution %s", c.Pools[0].Distribution)
+				}
+			}},
+		{"left-out keys are noted", "a:\n  listen: /tmp/tw.sock 0666\n  hash_tag: \"{}\"\n  preconnect: true\n  backlog: 1024\n  frobnicate: 1\n  redis: false\n  servers: [\"h:1:1\"]\n",
+			func(t *testing.T, out string, c *config.Config) {
+				has(t, out, `WARNING: hash_tag "{}" is left out`)
+				has(t, out, "preconnect is left out")
+				has(t, out, "backlog is left out")
+				has(t, out, "frobnicate (line 6) is left out")
+				has(t, out, "permissions 0666 are left out")
+				if c.Listen != "/tmp/tw.sock" {
+					t.Errorf("listen %q", c.Listen)
+				}
+			}},
+		{"pools on other listen addresses", "a:\n  listen: 127.0.0.1:22121\n  servers: [\"h:1:1\"]\nb:\n  listen: 127.0.0.1:22122\n  servers: [\"h:2:1\"]\nc:\n  listen: 127.0.0.1:22121\n  servers: [\"h:3:1\"]\n",
+			func(t *testing.T, out string, c *config.Config) {
+				if c.Listen != "127.0.0.1:22121" || c.DefaultPool != "a" || len(c.Pools) != 3 {
+					t.Errorf("listen %s, default_pool %s, %d pools", c.Listen, c.DefaultPool, len(c.Pools))
+				}
+				has(t, out, "run one moxi per listen address (--listen 127.0.0.1:22122,")
+				has(t, out, "own: b (127.0.0.1:22122);")
+				if strings.Contains(out, "listen for c") {
+					t.Errorf("c shares a's listen address, but has a note:\n%s", out)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, c := convert(t, tt.src)
+			tt.check(t, out, c)
+		})
+	}
+}
+
+func has(t *testing.T, out, want string) {
+	t.Helper()
+	if !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+}
+
+// TestConvertErrors: what moxi cannot serve is an error, every one at once, with its place.
+func TestConvertErrors(t *testing.T) {
+	tests := []struct{ name, src, want string }{
+		{"redis pool", "a:\n  listen: 127.0.0.1:22121\n  redis: true\n  servers: [\"h:1:1\"]\n",
+			"nutcracker.yml:3: a.redis: moxi speaks memcached only; keep this redis pool on twemproxy (or leave it out of the file)"},
+		{"unix socket server", "a:\n  listen: 127.0.0.1:22121\n  servers: [\"/tmp/mc.sock:1\"]\n",
+			"nutcracker.yml:3: a.servers[0]: /tmp/mc.sock is a Unix socket: moxi reaches servers over TCP only"},
+		{"several", "a:\n  listen: 127.0.0.1:22121\n  hash: sha1\n  timeout: soon\n  servers: [\"h:1:x\"]\n",
+			"nutcracker.yml:3: a.hash: unknown hash \"sha1\": want one of crc16, crc32, crc32a, fnv1_32, fnv1_64, fnv1a_32, fnv1a_64, hsieh, jenkins, md5, murmur, one_at_a_time\n" +
+				"nutcracker.yml:4: a.timeout: want a positive number of milliseconds, got \"soon\"\n" +
+				"nutcracker.yml:5: a.servers[0]: bad weight \"x\" in \"h:1:x\": want an integer of at least 1"},
+		{"no servers", "a:\n  listen: 127.0.0.1:22121\n", "nutcracker.yml:2: a.servers: required: a list of \"host:port:weight [name]\""},
+		{"not a nutcracker.yml", "- a\n", "nutcracker.yml: no pools: a nutcracker.yml is a mapping of pool names to their settings"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := Convert([]byte(tt.src), "nutcracker.yml")
+			if err == nil {
+				t.Fatalf("no error; output:\n%s", out)
+			}
+			if err.Error() != tt.want {
+				t.Errorf("error:\n%s\nwant:\n%s", err, tt.want)
+			}
+		})
+	}
+}

@@ -78,39 +78,52 @@ func (s *Server) doMeta(ctx context.Context, req *protocol.Request, resp *protoc
 }
 
 // doMetaBatch sends a run of meta requests on the client connection's pipe, in one write,
-// and waits for their answers (see pool.Server's DoBatch).
+// and waits for their answers (see pool.Server's DoBatch). It gives the requests' turn on
+// once they are queued on the pipe, or have failed.
 func (s *Server) doMetaBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
 	n := len(reqs)
+	each, dispatched := turn.Defer(ctx)
 	failAll := func(err error) {
+		dispatched()
 		for i := range errs {
 			errs[i] = err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		turn.Dispatched(ctx)
 		failAll(err)
 		return
 	}
+	if turn.Switch(ctx, s, pathMeta) {
+		// The client's previous request to s went on the binary connection (see the
+		// comment at the top): a noop there first, which gives nothing on.
+		cl := s.getCall()
+		cl.prepareSingle(&protocol.Request{Op: protocol.OpNoop})
+		err := s.send(each, cl, 1)
+		s.putCall(cl)
+		if err != nil {
+			failAll(err)
+			return
+		}
+	}
 	s.requests.Add(uint64(n))
 	if s.health.dead.Load() {
-		turn.Dispatched(ctx)
 		s.down.Add(uint64(n))
 		failAll(fmt.Errorf("%s: %w", s.opts.Addr, ErrDead))
 		return
 	}
 	if err := s.acquire(ctx); err != nil {
-		turn.Dispatched(ctx)
 		s.overloads.Add(uint64(n))
 		failAll(fmt.Errorf("%s: %w", s.opts.Addr, err))
 		return
 	}
 	defer s.release()
 	start := time.Now()
-	p, calls, err := s.sendMeta(ctx, reqs)
+	p, calls, err := s.queueMeta(ctx, reqs)
 	if err != nil {
 		failAll(s.outcome(err, n, start))
 		return
 	}
+	dispatched()
 	var failed error
 	for i, cl := range calls {
 		if errs[i] = p.wait(ctx, cl); errs[i] == nil {
@@ -128,21 +141,8 @@ func (s *Server) doMetaBatch(ctx context.Context, reqs []protocol.Request, resps
 	}
 }
 
-// sendMeta queues reqs on the meta pipe of their client connection, first waiting for the
-// client's requests on the binary connection when the previous one went there (see the
-// comment at the top). It gives the requests' turn on once they are queued, or have failed.
-func (s *Server) sendMeta(ctx context.Context, reqs []protocol.Request) (*metaPipe, []*metaCall, error) {
-	each, done := turn.Defer(ctx)
-	defer done()
-	if turn.Switch(ctx, s, pathMeta) {
-		cl := s.getCall()
-		cl.prepareSingle(&protocol.Request{Op: protocol.OpNoop})
-		err := s.send(each, cl, 1) // on the affinity's binary connection, giving nothing on
-		s.putCall(cl)
-		if err != nil {
-			return nil, nil, err
-		}
-	}
+// queueMeta queues reqs on the meta pipe of their client connection.
+func (s *Server) queueMeta(ctx context.Context, reqs []protocol.Request) (*metaPipe, []*metaCall, error) {
 	var err error
 	for range 2 { // a pipe that failed just now (another request timed out) is replaced once
 		var p *metaPipe

@@ -100,15 +100,24 @@ func appendMetaTTL(dst []byte, exptime, now int64) []byte {
 // false for an O token too long.
 func appendMetaEcho(dst []byte, req *protocol.Request) (out []byte, ok bool) {
 	for _, f := range req.Meta.Flags {
-		switch f.Letter {
-		case 'O':
-			if 1+len(f.Token) > protocol.MetaMaxOpaque {
-				return dst, false
-			}
-			dst = append(append(append(dst, ' '), 'O'), f.Token...)
-		case 'k':
-			dst = appendMetaKey(dst, req.Key, req.Meta.Base64)
+		if dst, ok = appendEchoFlag(dst, f, req.Key, req.Meta.Base64); !ok {
+			return dst, false
 		}
+	}
+	return dst, true
+}
+
+// appendEchoFlag appends f's return flag when f is O (the opaque, echoed) or k (the key);
+// any other flag appends nothing. ok is false for an opaque memcached refuses as too long.
+func appendEchoFlag(dst []byte, f protocol.MetaFlag, key []byte, binary bool) (out []byte, ok bool) {
+	switch f.Letter {
+	case 'O':
+		if 1+len(f.Token) > protocol.MetaMaxOpaque {
+			return dst, false
+		}
+		return append(append(append(dst, ' '), 'O'), f.Token...), true
+	case 'k':
+		return appendMetaKey(dst, key, binary), true
 	}
 	return dst, true
 }
@@ -168,14 +177,12 @@ func (s *Store) metaGet(req *protocol.Request, r *protocol.Response, now int64) 
 				h = '1'
 			}
 			flags = append(flags, ' ', 'h', h)
-		case 'O':
-			if 1+len(f.Token) > protocol.MetaMaxOpaque {
+		case 'O', 'k':
+			var ok bool
+			if flags, ok = appendEchoFlag(flags, f, req.Key, it.binaryKey); !ok {
 				metaOpaqueError(r)
 				return
 			}
-			flags = append(append(append(flags, ' '), 'O'), f.Token...)
-		case 'k':
-			flags = appendMetaKey(flags, req.Key, it.binaryKey)
 		}
 	}
 	// Z before X, and W last, in memcached's order; an item's token is handed out once.
@@ -232,10 +239,8 @@ func (s *Store) metaSet(req *protocol.Request, r *protocol.Response, now int64) 
 	var flags []byte
 	for _, f := range m.Flags {
 		switch f.Letter {
-		case 'O':
-			flags = append(append(append(flags, ' '), 'O'), f.Token...)
-		case 'k':
-			flags = appendMetaKey(flags, req.Key, m.Base64)
+		case 'O', 'k':
+			flags, _ = appendEchoFlag(flags, f, req.Key, m.Base64) // the decoder refused a long O
 		case 'c':
 			flags = strconv.AppendUint(append(flags, " c"...), cas, 10)
 		}
@@ -396,14 +401,12 @@ func (s *Store) metaArithmetic(req *protocol.Request, r *protocol.Response, now 
 			if created {
 				view.exptime = expiryAt(m.VivifyTTL, now)
 			}
-		case 'O':
-			if 1+len(f.Token) > protocol.MetaMaxOpaque {
+		case 'O', 'k':
+			var ok bool
+			if flags, ok = appendEchoFlag(flags, f, req.Key, m.Base64); !ok {
 				metaOpaqueError(r)
 				return
 			}
-			flags = append(append(append(flags, ' '), 'O'), f.Token...)
-		case 'k':
-			flags = appendMetaKey(flags, req.Key, m.Base64)
 		}
 	}
 	code := protocol.MetaHD

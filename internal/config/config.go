@@ -85,6 +85,21 @@ type Pool struct {
 	EmbeddedMemoryMB int      // memory bound of each embedded shard
 	MigrateRate      int      // keys/s cap of a migration's background copy; 0 = unlimited
 	TLS              *PoolTLS // TLS to the servers; nil: plaintext
+
+	// WarmFrom is another pool's name, or "": a get that misses on this pool is read there,
+	// answered and copied here (see the README's "Warm-up and shadow pools"). That pool
+	// must not have a WarmFrom of its own.
+	WarmFrom string
+	// Shadow, when set, mirrors the requests of a share of this pool's keys to another pool.
+	Shadow *Shadow
+}
+
+// Shadow is a pool's shadow section: the requests for Fraction of its keys, chosen by a
+// hash of the key, are also sent to Pool, after the client's answer, which the shadow
+// pool's answers never change.
+type Shadow struct {
+	Pool     string  // another pool's name
+	Fraction float64 // 0 to 1: the share of keys shadowed
 }
 
 // TLS is the tls section: TLS on listen, and then only TLS there.

@@ -270,6 +270,8 @@ func TestRoundTrip(t *testing.T) {
 		"  \"1\": {embedded: 1, failover: false}\ndefault_pool: \"1\"\nadmin: \"\"\nlisten: \":0\"\n"+
 		"hot_cache: {prefixes: [\"#\", \"- \", \"'\", \"\\\"\"]}\nroutes: [{prefix: \"null\", pool: \"true\"}]\n")
 	srcs["odd"] = odd
+	srcs["warm and shadow"] = mustParse(t, "pools:\n  new: {embedded: 1, warm_from: old, shadow: {pool: sandbox, fraction: 0.01}}\n"+
+		"  old: {embedded: 1, shadow: {pool: sandbox, fraction: 1}}\n  sandbox: {embedded: 1, shadow: {pool: \"\", fraction: 0}}\ndefault_pool: new\n")
 	for name, c := range srcs {
 		t.Run(name, func(t *testing.T) {
 			b, err := c.YAML()

@@ -123,6 +123,8 @@ func (d *differ) pool(prefix string, a, b *Pool) {
 	d.change(prefix, "embedded", a.Embedded, b.Embedded, "")
 	d.change(prefix, "embedded_memory_mb", a.EmbeddedMemoryMB, b.EmbeddedMemoryMB, "")
 	d.change(prefix, "migrate_rate", a.MigrateRate, b.MigrateRate, "")
+	d.change(prefix, "warm_from", quoteEmpty(a.WarmFrom), quoteEmpty(b.WarmFrom), "")
+	d.change(prefix, "shadow", shadowLabel(a.Shadow), shadowLabel(b.Shadow), "")
 	switch at, bt := a.TLS, b.TLS; {
 	case at == nil || bt == nil:
 		d.change(prefix, "tls", onOff(at != nil), onOff(bt != nil), "")
@@ -135,6 +137,14 @@ func (d *differ) pool(prefix string, a, b *Pool) {
 			d.add("%stls: files changed (its servers reconnect with them)", prefix)
 		}
 	}
+}
+
+// shadowLabel shows a shadow section in a line: "sandbox fraction 0.1", or off.
+func shadowLabel(s *Shadow) string {
+	if s == nil {
+		return "off"
+	}
+	return s.Pool + " fraction " + strconv.FormatFloat(s.Fraction, 'g', -1, 64)
 }
 
 // listenTLS reports the tls section. Turning TLS on or off needs a restart (the listener

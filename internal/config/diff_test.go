@@ -56,6 +56,13 @@ func TestDiff(t *testing.T) {
 			`pool main: backup spare → ""`,
 			"pool main: migrate_rate 0 → 10",
 		}},
+		{"warm_from and shadow", func(c *Config) {
+			c.Pools[0].WarmFrom = "spare"
+			c.Pools[1].Shadow = &Shadow{Pool: "main", Fraction: 0.1}
+		}, []string{
+			`pool main: warm_from "" → spare`,
+			"pool spare: shadow off → main fraction 0.1",
+		}},
 		{"pool added and removed", func(c *Config) {
 			c.Pools[1].Name = "sessions"
 			c.Pools[0].Backup, c.Routes[0].Pool = "sessions", "sessions"

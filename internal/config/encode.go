@@ -115,6 +115,15 @@ func poolNode(p *Pool) *yaml.Node {
 		}
 		put(m, "tls", tm)
 	}
+	if p.WarmFrom != "" {
+		put(m, "warm_from", strNode(p.WarmFrom))
+	}
+	if sh := p.Shadow; sh != nil {
+		sm := mapNode()
+		put(sm, "pool", strNode(sh.Pool))
+		put(sm, "fraction", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: strconv.FormatFloat(sh.Fraction, 'g', -1, 64)})
+		put(m, "shadow", sm)
+	}
 	return m
 }
 

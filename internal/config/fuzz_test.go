@@ -39,6 +39,12 @@ func FuzzParse(f *testing.F) {
 			if p.Backup != "" && (p.Backup == p.Name || c.Pool(p.Backup) == nil) {
 				t.Fatalf("pool %q: bad backup %q", p.Name, p.Backup)
 			}
+			if w := c.Pool(p.WarmFrom); p.WarmFrom != "" && (p.WarmFrom == p.Name || w == nil || w.WarmFrom != "") {
+				t.Fatalf("pool %q: bad warm_from %q", p.Name, p.WarmFrom)
+			}
+			if s := p.Shadow; s != nil && (s.Pool == p.Name || c.Pool(s.Pool) == nil || !(s.Fraction >= 0 && s.Fraction <= 1)) {
+				t.Fatalf("pool %q: bad shadow %+v", p.Name, *s)
+			}
 		}
 		out, err := c.YAML()
 		if err != nil {

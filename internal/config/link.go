@@ -6,8 +6,9 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// link resolves the names that refer to pools (default_pool, backup, routes) once every
-// pool has been read, and fills in default_pool when there is only one pool.
+// link resolves the names that refer to pools (default_pool, backup, routes, warm_from,
+// shadow.pool) once every pool has been read, and fills in default_pool when there is only
+// one pool.
 func (d *decoder) link(c *Config, l *links) {
 	if len(c.Pools) == 0 {
 		// A pools value of the wrong kind has been reported already.
@@ -51,6 +52,45 @@ func (d *decoder) link(c *Config, l *links) {
 			}
 		}
 	}
+	for _, p := range c.Pools {
+		if n := l.warmFrom[p.Name]; n != nil {
+			at := "pools." + p.Name + ".warm_from"
+			other := c.Pool(p.WarmFrom)
+			switch {
+			case p.WarmFrom == p.Name:
+				d.fail(n, at, "a pool cannot warm up from itself")
+			case other == nil:
+				d.fail(n, at, "no pool named %q", p.WarmFrom)
+			case other.WarmFrom != "":
+				// A miss is read from one other pool, never along a chain: name the pool
+				// that holds the data.
+				d.fail(n, at, "pool %s warms up from %s itself: chains are not followed, warm up from the pool that holds the data", other.Name, other.WarmFrom)
+			}
+		}
+		if n := l.shadows[p.Name]; n != nil && p.Shadow != nil {
+			at := "pools." + p.Name + ".shadow.pool"
+			if pn := shadowPoolNode(n); pn != nil {
+				n = pn
+			}
+			switch {
+			case p.Shadow.Pool == p.Name:
+				d.fail(n, at, "a pool cannot shadow to itself")
+			case c.Pool(p.Shadow.Pool) == nil:
+				d.fail(n, at, "no pool named %q", p.Shadow.Pool)
+			}
+		}
+	}
+}
+
+// shadowPoolNode is the value of pool in a shadow mapping, or nil.
+func shadowPoolNode(m *yaml.Node) *yaml.Node {
+	m = deref(m)
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == "pool" {
+			return deref(m.Content[i+1])
+		}
+	}
+	return nil
 }
 
 // backupCycle returns the chain of backups from p back to p when p starts a cycle of two

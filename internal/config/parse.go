@@ -31,6 +31,8 @@ type links struct {
 	poolsKey    *yaml.Node            // key `pools`, where "default_pool required" points
 	defaultPool *yaml.Node            // value of `default_pool`
 	backups     map[string]*yaml.Node // pool name -> its `backup` value
+	warmFrom    map[string]*yaml.Node // pool name -> its `warm_from` value
+	shadows     map[string]*yaml.Node // pool name -> its `shadow.pool` value
 	routePools  []*yaml.Node          // value of each valid route's `pool`, as c.Routes
 	twemproxy   bool                  // no pools, but twemproxy pools at the top level: nothing to link
 }
@@ -45,7 +47,7 @@ func Parse(data []byte, filename string) (*Config, error) {
 		return nil, d.err()
 	}
 	c := newConfig()
-	l := &links{backups: map[string]*yaml.Node{}}
+	l := &links{backups: map[string]*yaml.Node{}, warmFrom: map[string]*yaml.Node{}, shadows: map[string]*yaml.Node{}}
 	if d.config(c, root, l) && !l.twemproxy {
 		d.link(c, l)
 	}
@@ -249,16 +251,22 @@ func (d *decoder) pools(v *yaml.Node, path string, l *links) []*Pool {
 			return
 		}
 		p := NewPool(name)
-		if b := d.pool(p, k, pv, at); b != nil {
-			l.backups[name] = b
+		seen := d.pool(p, k, pv, at)
+		for key, m := range map[string]map[string]*yaml.Node{"backup": l.backups, "warm_from": l.warmFrom} {
+			if n := seen[key]; n != nil && !isNull(n) && !d.bad[n] && (key != "warm_from" || p.WarmFrom != "") {
+				m[name] = n
+			}
+		}
+		if n := seen["shadow"]; p.Shadow != nil && n != nil {
+			l.shadows[name] = n
 		}
 		out = append(out, p)
 	})
 	return out
 }
 
-// pool reads one pool's settings into p and returns the node of its backup, if any.
-func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) *yaml.Node {
+// pool reads one pool's settings into p and returns the nodes of the keys it had.
+func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml.Node {
 	// The names come from the packages that implement them, so that every name accepted
 	// here builds and every one they build is accepted.
 	seen := d.mapping(v, path, map[string]field{
@@ -279,6 +287,8 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) *yaml.Node {
 		"embedded_memory_mb": d.integer(&p.EmbeddedMemoryMB, 1, math.MaxInt),
 		"migrate_rate":       d.integer(&p.MigrateRate, 0, math.MaxInt),
 		"tls":                func(v *yaml.Node, path string) { p.TLS = d.poolTLS(v, path) },
+		"warm_from":          d.str(&p.WarmFrom),
+		"shadow":             func(v *yaml.Node, path string) { p.Shadow = d.shadow(v, path) },
 	})
 	if p.DeadBackoffMax < p.DeadBackoff {
 		at, n := "dead_backoff_max", seen["dead_backoff_max"]
@@ -301,10 +311,41 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) *yaml.Node {
 	case p.Embedded > 0 && p.TLS != nil:
 		d.fail(seen["tls"], join(path, "tls"), "an embedded pool has no servers to reach over TLS")
 	}
-	if b := seen["backup"]; b != nil && !isNull(b) {
-		return b
+	return seen
+}
+
+// shadow reads a pool's shadow section; pool is required, fraction lies in [0, 1].
+func (d *decoder) shadow(v *yaml.Node, path string) *Shadow {
+	s := &Shadow{}
+	n := len(d.errs) + d.dropped
+	seen := d.mapping(v, path, map[string]field{
+		"pool": d.str(&s.Pool),
+		"fraction": func(v *yaml.Node, path string) {
+			if !d.scalar(v, path) {
+				return
+			}
+			var f float64
+			if t := v.ShortTag(); (t != "!!float" && t != "!!int") || v.Decode(&f) != nil {
+				d.fail(v, path, "want a number from 0 to 1, got %q", v.Value)
+				return
+			}
+			if !(f >= 0 && f <= 1) {
+				d.fail(v, path, "must be from 0 to 1 (the share of keys shadowed), got %s", v.Value)
+				return
+			}
+			s.Fraction = f
+		},
+	})
+	if v.Kind != yaml.MappingNode || len(d.errs)+d.dropped != n {
+		return nil
 	}
-	return nil
+	if pn := seen["pool"]; pn == nil || isNull(pn) || s.Pool == "" {
+		if s.Fraction > 0 {
+			d.fail(v, join(path, "pool"), "required with a fraction: the pool that shadow requests go to")
+		}
+		return nil // pool "" (the contract's example): no shadow
+	}
+	return s
 }
 
 // routes reads the route list; a prefix that an earlier prefix already covers is an

@@ -55,6 +55,9 @@ type Proxy struct {
 	flights dedup.Group[protocol.Response] // get/gets in flight, for dedup
 	writes  writeStripes                   // writes in flight, which end sharing for their keys
 	queue   *fireforget.Queue              // fire-and-forget writes
+
+	warmSkip warmSkip     // keys never to read from a warm_from pool (warmup.go)
+	shadows  *shadowQueue // requests for shadow pools (shadow.go)
 }
 
 // fireAndForgetWorkers write queued writes; a key always goes to the same one, in order.
@@ -72,10 +75,10 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Proxy{opts: opts, version: versionAnswer(opts.Version), started: time.Now(), mirrors: make(chan struct{}, maxMirrors)}
+	p := &Proxy{opts: opts, version: versionAnswer(opts.Version), started: time.Now(), mirrors: make(chan struct{}, maxMirrors), shadows: newShadowQueue()}
 	p.queue = fireforget.New(fireAndForgetWorkers, opts.MaxPending, p.writeQueued, opts.Logger)
 	p.metrics = newMetrics(reg, func() float64 { return float64(p.queue.Pending()) })
-	p.topo.Store(topo)
+	p.Swap(topo)
 	counter := func(name, help string, v func() uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
 	}
@@ -91,15 +94,19 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 	return p
 }
 
-// Close writes out the fire-and-forget queue and waits for the copies to backup pools, or
-// until ctx ends. Requests must have stopped (the frontend shut down) before.
+// Close writes out the fire-and-forget queue, waits for the copies to backup pools and
+// sends what is queued for shadow pools, or gives up when ctx ends (shadow requests are then
+// cancelled). Requests must have stopped (the frontend shut down) before.
 func (p *Proxy) Close(ctx context.Context) error {
 	qerr := p.queue.Close(ctx)
-	return errors.Join(qerr, p.Wait(ctx))
+	return errors.Join(qerr, p.Wait(ctx), p.shadows.close(ctx))
 }
 
 // Swap installs a new topology; requests in flight finish on the one they started with.
-func (p *Proxy) Swap(t *topology.Topology) { p.topo.Store(t) }
+func (p *Proxy) Swap(t *topology.Topology) {
+	p.metrics.seed(t)
+	p.topo.Store(t)
+}
 
 // Topology is the topology new requests use.
 func (p *Proxy) Topology() *topology.Topology { return p.topo.Load().InService(time.Now()) }
@@ -138,6 +145,9 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 		p.write(ctx, t, req, resps[base:])
 	}
 	p.account(req, resps[base:], start)
+	if len(t.Shadows) > 0 {
+		p.shadow(t, req) // after the answer is made; never waits
+	}
 	return resps
 }
 

@@ -146,14 +146,22 @@ func (p *Proxy) follow(ctx context.Context, f *dedup.Flight[protocol.Response], 
 
 // fetch gets req.Keys[i] for every i in idx (every key when idx is nil) from the servers
 // into out[i]: a single key straight from its server, several split by server and sent as
-// one request per server in parallel. Keys that then miss or fail are tried on their
-// pool's backup.
+// one request per server in parallel. Keys that then miss are read from their pool's
+// warm_from pool (warmup.go); those that still miss or fail are tried on their pool's
+// backup.
 func (p *Proxy) fetch(ctx context.Context, t *topology.Topology, req *protocol.Request, out []protocol.Response, idx []int) {
+	var epochs []uint64
+	if len(t.WarmFrom) > 0 {
+		epochs = p.warmEpochs(t, req, idx) // before the read: see warmup.go
+	}
 	if len(req.Keys) == 1 {
 		pl := t.PoolFor(req.Keys[0])
 		p.do(ctx, pl, req.Keys[0], req, out)
 	} else {
 		p.fanOut(ctx, t.PoolFor, req, out, idx)
+	}
+	if epochs != nil {
+		p.warmUp(ctx, t, req, out, idx, epochs)
 	}
 	if len(t.Backups) > 0 {
 		p.readBackup(ctx, t, req, out, idx)

@@ -32,6 +32,7 @@ func (p *Proxy) write(ctx context.Context, t *topology.Topology, req *protocol.R
 	}
 	pl := t.PoolFor(key)
 	p.do(ctx, pl, key, req, one)
+	p.dropOld(ctx, t, pl, key, resp)
 	p.settle(t, key)
 	if b := t.Backups[pl]; b != nil && req.Op.IsWrite() {
 		p.mirror(b, req, resp)
@@ -145,6 +146,9 @@ func (b *writeBatch) group(t *topology.Topology, reqs []protocol.Request) bool {
 			continue
 		}
 		pl := t.PoolFor(key)
+		if t.WarmFrom[pl] != nil || t.Shadows[pl].Pool != nil {
+			return false // a read may go on to another pool, a request may be copied
+		}
 		m := pl.Member(pl.Locate(key))
 		if changesKey(req.Op) && pl.Failover() && m != pl.Member(pl.Owner(key)) {
 			return false
@@ -240,7 +244,10 @@ func (p *Proxy) writeQueued(ctx context.Context, req *protocol.Request) error {
 	t := p.Topology()
 	pl := t.PoolFor(req.Key)
 	var resp [1]protocol.Response
+	p.writes.begin(req.Key)
+	defer p.writes.end(req.Key)
 	p.do(ctx, pl, req.Key, req, resp[:])
+	p.dropOld(ctx, t, pl, req.Key, &resp[0])
 	p.settle(t, req.Key)
 	if b := t.Backups[pl]; b != nil {
 		p.mirror(b, req, &resp[0])
@@ -262,18 +269,64 @@ func (e *statusError) Error() string {
 }
 
 // writeStripes counts the writes in flight by stripe of their key, so that reads of a key
-// being written do not share fetches (see write). A stripe shared by other keys only costs
-// those keys their sharing for a moment.
-type writeStripes [256]atomic.Int32
+// being written do not share fetches (see write), and counts the writes ended, so that a
+// warm-up copy can tell whether a write of its key began or ended since it read
+// (warmup.go). A stripe shared by other keys only costs those keys their sharing, or a
+// copy, for a moment.
+type writeStripes [1024]writeStripe
+
+type writeStripe struct {
+	mu     sync.Mutex
+	n      atomic.Int32 // writes in flight; changed under mu, read without it by inFlight
+	epochs uint64       // writes ended; guarded by mu
+}
 
 func stripe(key []byte) int {
 	h := uint32(2166136261) // FNV-1a
 	for _, c := range key {
 		h = (h ^ uint32(c)) * 16777619
 	}
-	return int(h % 256)
+	return int(h % uint32(len(writeStripes{})))
 }
 
-func (w *writeStripes) begin(key []byte)         { w[stripe(key)].Add(1) }
-func (w *writeStripes) end(key []byte)           { w[stripe(key)].Add(-1) }
-func (w *writeStripes) inFlight(key []byte) bool { return w[stripe(key)].Load() != 0 }
+func (w *writeStripes) begin(key []byte) {
+	s := &w[stripe(key)]
+	s.mu.Lock()
+	s.n.Add(1)
+	s.mu.Unlock()
+}
+
+func (w *writeStripes) end(key []byte) {
+	s := &w[stripe(key)]
+	s.mu.Lock()
+	s.n.Add(-1)
+	s.epochs++
+	s.mu.Unlock()
+}
+
+func (w *writeStripes) inFlight(key []byte) bool { return w[stripe(key)].n.Load() != 0 }
+
+// busy is an epoch no stripe reaches: epoch's answer while a write is in flight.
+const busy = ^uint64(0)
+
+// epoch is the count of key's stripe's ended writes, or busy while one is in flight.
+func (w *writeStripes) epoch(key []byte) uint64 {
+	s := &w[stripe(key)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n.Load() != 0 {
+		return busy
+	}
+	return s.epochs
+}
+
+// ifQuiet runs fn under key's stripe's lock when no write of the stripe began or ended
+// since epoch returned e: a write that begins meanwhile waits for fn.
+func (w *writeStripes) ifQuiet(key []byte, e uint64, fn func()) {
+	s := &w[stripe(key)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n.Load() == 0 && s.epochs == e {
+		fn()
+	}
+}

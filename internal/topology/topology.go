@@ -125,6 +125,18 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 			}
 			t.Backups[byName[pc.Name]] = byName[pc.Backup]
 		}
+		if pc.WarmFrom != "" {
+			if t.WarmFrom == nil {
+				t.WarmFrom = make(map[*pool.Pool]*pool.Pool)
+			}
+			t.WarmFrom[byName[pc.Name]] = byName[pc.WarmFrom]
+		}
+		if pc.Shadow != nil && pc.Shadow.Fraction > 0 {
+			if t.Shadows == nil {
+				t.Shadows = make(map[*pool.Pool]Shadow)
+			}
+			t.Shadows[byName[pc.Name]] = Shadow{Pool: byName[pc.Shadow.Pool], Fraction: pc.Shadow.Fraction}
+		}
 	}
 	for _, r := range cfg.Routes {
 		t.Routes = append(t.Routes, Route{Prefix: []byte(r.Prefix), Pool: byName[r.Pool]})

@@ -29,7 +29,10 @@ fuzz:
 	go test -run='^$$' -fuzz='^FuzzTextRead$$' -fuzztime=$(FUZZTIME) ./internal/protocol/
 	go test -run='^$$' -fuzz='^FuzzBinaryRead$$' -fuzztime=$(FUZZTIME) ./internal/protocol/
 	go test -run='^$$' -fuzz='^FuzzBinaryResponse$$' -fuzztime=$(FUZZTIME) ./internal/protocol/
+	go test -run='^$$' -fuzz='^FuzzMetaRead$$' -fuzztime=$(FUZZTIME) ./internal/protocol/
+	go test -run='^$$' -fuzz='^FuzzReadMetaAnswer$$' -fuzztime=$(FUZZTIME) ./internal/protocol/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/config/
+	go test -run='^$$' -fuzz='^FuzzConvert$$' -fuzztime=$(FUZZTIME) ./internal/twemproxyconf/
 
 bench:
 	go test -run='^$$' -bench=. -benchmem ./internal/...

@@ -22,6 +22,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/hashkit"
 )
 
@@ -231,6 +232,10 @@ func (c *converter) server(n *yaml.Node, field string) (string, bool) {
 		host, port, weight = rest, weight, "1"
 	}
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if p, err := strconv.Atoi(port); host == "" || err != nil || p < 1 || p > 65535 {
+		c.fail(n, field, "bad address in %q: want host:port with a port from 1 to 65535", n.Value)
+		return "", false
+	}
 	if w, err := strconv.Atoi(weight); err != nil || w < 1 {
 		c.fail(n, field, "bad weight %q in %q: want an integer of at least 1", weight, n.Value)
 		return "", false
@@ -335,6 +340,10 @@ func render(filename string, pools []*twemPool) ([]byte, error) {
 	}
 	if err := enc.Close(); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
+	}
+	// Whatever the checks above missed, a config moxi would refuse is never printed.
+	if _, err := config.Parse(b.Bytes(), filename+" (converted)"); err != nil {
+		return nil, fmt.Errorf("%s: no equivalent moxi config: %w", filename, err)
 	}
 	return b.Bytes(), nil
 }

@@ -102,15 +102,11 @@ next:
 	return -1
 }
 
-// pollUntil calls cond every 20 ms until it is true, failing the test after 20 s.
+// pollUntil waits until cond is true (see poll), failing the test, named by what, after 20 s.
 func pollUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 20s: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !poll(20*time.Second, cond) {
+		t.Fatalf("after 20s: %s", what)
 	}
 }
 

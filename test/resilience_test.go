@@ -270,14 +270,24 @@ func landsOn(moxi, addr, key string) bool {
 // for a loaded machine, not the bound a test checks).
 func waitUntil(t *testing.T, since time.Time, limit time.Duration, cond func() bool) time.Duration {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", limit)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !poll(limit, cond) {
+		t.Fatalf("condition not met within %v", limit)
 	}
 	return time.Since(since)
+}
+
+// poll calls cond every 10 ms until it is true, and reports whether it was within limit.
+func poll(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-tick.C
+	}
+	return true
 }
 
 // faultListener is a server that misbehaves in one way, for as long as the test runs.

@@ -143,7 +143,7 @@ func switchRun(t *testing.T, n int, warm bool) (before window, after []window, s
 	}
 	sample := func(d time.Duration) window {
 		h, m, e, g := hits.Load(), misses.Load(), errs.Load(), clusterGets(t, oldC)
-		time.Sleep(d) // the load runs meanwhile: this is the measurement's interval
+		<-time.After(d) // the load runs meanwhile: this is the measurement's interval
 		return window{hits.Load() - h, misses.Load() - m, errs.Load() - e, clusterGets(t, oldC) - g}
 	}
 	sample(300 * time.Millisecond) // connections made, caches of the run warm

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -60,35 +59,7 @@ func TestMetaConcurrent(t *testing.T) {
 // TestMetaSilentServer: a server that accepts and never answers times a meta request out
 // after about Timeout, and the next request gets a fresh connection.
 func TestMetaSilentServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	s := newServer(t, ln.Addr().String(), Options{Connections: 1, Timeout: 200 * time.Millisecond, FailureLimit: 100})
+	s := newServer(t, memcachedtest.Blackhole(t), Options{Connections: 1, Timeout: 200 * time.Millisecond, FailureLimit: 100})
 	for range 2 {
 		var r [1]protocol.Response
 		err := s.Do(context.Background(), metaRequest(t, "mg k v\r\n"), r[:])

@@ -1,5 +1,5 @@
-// Package memcachedtest starts real memcached processes on free loopback ports for tests,
-// and stops them when the test ends.
+// Package memcachedtest gives tests memcached servers on free loopback ports — real
+// memcached processes, or one that never answers — and stops them when the test ends.
 package memcachedtest
 
 import (
@@ -7,6 +7,7 @@ import (
 	"net"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -126,4 +127,39 @@ func Stats(t testing.TB, addr string) map[string]string {
 		}
 	}
 	return stats
+}
+
+// Blackhole is the address of a loopback listener that accepts connections and never
+// answers (a server that hangs); it closes with the test.
+func Blackhole(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().String()
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 	"github.com/moxi-proxy/moxi/internal/memstore"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
@@ -35,7 +36,7 @@ func (s *switchable) Info() pool.Info {
 func TestMigrationForwardsHealthAndCounters(t *testing.T) {
 	newServer := &switchable{Store: memstore.New(memstore.Options{})}
 	newServer.up.Store(true)
-	m := New(Options{Pool: "p", Name: "s", From: blackhole(t), To: "new", New: newServer})
+	m := New(Options{Pool: "p", Name: "s", From: memcachedtest.Blackhole(t), To: "new", New: newServer})
 	defer m.Close()
 
 	req := protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}
@@ -68,7 +69,7 @@ func TestMigrationForwardsHealthAndCounters(t *testing.T) {
 func TestFailoverSeesDeadMigratingSlot(t *testing.T) {
 	newServer := &switchable{Store: memstore.New(memstore.Options{})}
 	newServer.up.Store(true)
-	m := New(Options{Pool: "p", Name: "a", From: blackhole(t), To: "new", New: newServer})
+	m := New(Options{Pool: "p", Name: "a", From: memcachedtest.Blackhole(t), To: "new", New: newServer})
 	defer m.Close()
 	other := memstore.New(memstore.Options{})
 	pl, err := pool.New("p", pool.Options{Failover: true}, []pool.Member{
@@ -102,7 +103,7 @@ func TestFailoverSeesDeadMigratingSlot(t *testing.T) {
 // the reload: requests, health and phase; nothing reaches the new server.
 func TestScheduledServesOld(t *testing.T) {
 	oldServer, newServer := memstore.New(memstore.Options{}), memstore.New(memstore.Options{})
-	m := New(Options{Pool: "p", Name: "s", From: blackhole(t), To: "new", New: newServer, Old: oldServer, At: time.Now().Add(time.Hour)})
+	m := New(Options{Pool: "p", Name: "s", From: memcachedtest.Blackhole(t), To: "new", New: newServer, Old: oldServer, At: time.Now().Add(time.Hour)})
 	m.Start()
 	defer m.Close()
 	if p := m.Phase(); p != Scheduled {

@@ -2,48 +2,13 @@ package migrate
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 	"github.com/moxi-proxy/moxi/internal/memstore"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
-
-// blackhole accepts connections and never answers.
-func blackhole(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	return ln.Addr().String()
-}
 
 // TestDeadOldServerDoesNotStallReads: when the old server stops answering, the first read
 // that misses waits for it once; the next ones answer their miss at once.
@@ -52,7 +17,7 @@ func TestDeadOldServerDoesNotStallReads(t *testing.T) {
 	// quicker than the timeout did not ask; the timeout is long enough that a loaded
 	// machine cannot blur the two.
 	const timeout = time.Second
-	m := New(Options{Pool: "p", Name: "s", From: blackhole(t), To: "new", New: memstore.New(memstore.Options{}), Timeout: timeout})
+	m := New(Options{Pool: "p", Name: "s", From: memcachedtest.Blackhole(t), To: "new", New: memstore.New(memstore.Options{}), Timeout: timeout})
 	defer m.Close()
 	get := func() (protocol.Response, time.Duration) {
 		req := protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("k")}}
@@ -79,7 +44,7 @@ func TestDeadOldServerDoesNotStallReads(t *testing.T) {
 // after a write through the migration, the key is never read from, or copied from, the
 // old server.
 func TestWriteMarksTouched(t *testing.T) {
-	m := New(Options{Pool: "p", Name: "s", From: blackhole(t), To: "new", New: memstore.New(memstore.Options{}), Timeout: 50 * time.Millisecond})
+	m := New(Options{Pool: "p", Name: "s", From: memcachedtest.Blackhole(t), To: "new", New: memstore.New(memstore.Options{}), Timeout: 50 * time.Millisecond})
 	defer m.Close()
 	set := protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v2")}
 	resps := make([]protocol.Response, 1)

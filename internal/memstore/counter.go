@@ -39,14 +39,7 @@ func (s *Store) handleDelta(req *protocol.Request, r *protocol.Response, now int
 		r.Status = protocol.StatusNonNumeric
 		return
 	}
-	switch {
-	case incr:
-		n += req.Delta
-	case req.Delta > n:
-		n = 0
-	default:
-		n -= req.Delta
-	}
+	n = applyDelta(n, req.Delta, incr)
 	v := make([]byte, 0, max(20, len(it.value)))
 	v = strconv.AppendUint(v, n, 10)
 	for len(v) < len(it.value) {
@@ -112,4 +105,16 @@ func parseCounter(b []byte) (uint64, bool) {
 // isSpace is C's isspace in the C locale.
 func isSpace(c byte) bool {
 	return c == ' ' || (c >= '\t' && c <= '\r')
+}
+
+// applyDelta is memcached's arithmetic: incr wraps around at 2^64, decr stops at 0.
+func applyDelta(n, delta uint64, incr bool) uint64 {
+	switch {
+	case incr:
+		return n + delta
+	case delta > n:
+		return 0
+	default:
+		return n - delta
+	}
 }

@@ -376,14 +376,7 @@ func (s *Store) metaArithmetic(req *protocol.Request, r *protocol.Response, now 
 			return
 		}
 		s.countDelta(incr, true)
-		switch {
-		case incr:
-			n += m.Delta
-		case m.Delta > n:
-			n = 0
-		default:
-			n -= m.Delta
-		}
+		n = applyDelta(n, m.Delta, incr)
 		number = strconv.AppendUint(nil, n, 10)
 		r.Number = n
 		view = s.metaStoreNumber(req.Key, it, number, now)

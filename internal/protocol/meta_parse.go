@@ -44,7 +44,7 @@ func (d *TextReader) parseMeta(op Op, line []byte, req *Request) error {
 		line = d.meta.line
 	}
 	var toks [metaMaxTokens + 1][]byte
-	n := metaTokenize(line, toks[:])
+	n := splitTokens(line, toks[:])
 	if n < 2 {
 		return textErrUnknown()
 	}
@@ -223,26 +223,6 @@ func (d *TextReader) parseMetaFlags(toks [][]byte, req *Request) (msg string, ok
 		m.Flags = append(m.Flags, MetaFlag{Letter: c, Token: arg})
 	}
 	return msg, ok
-}
-
-// metaTokenize splits line on spaces into toks, as memcached does, and returns how many
-// tokens there are, counting at most len(toks).
-func metaTokenize(line []byte, toks [][]byte) int {
-	n := 0
-	for i := 0; i < len(line) && n < len(toks); {
-		if line[i] == ' ' {
-			i++
-			continue
-		}
-		j := i
-		for j < len(line) && line[j] != ' ' {
-			j++
-		}
-		toks[n] = line[i:j]
-		n++
-		i = j
-	}
-	return n
 }
 
 // metaNumber is the part of a token that C's strtol family reads: leading white space

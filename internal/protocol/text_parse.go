@@ -40,11 +40,15 @@ func textErrUnknown() *RequestError {
 	return &RequestError{Status: StatusUnknownCommand}
 }
 
-// tokenize splits line on spaces, as memcached does (tabs and other bytes belong to
-// tokens), into d.toks. It returns the number of tokens kept, at most textMaxTokens.
-func (d *TextReader) tokenize(line []byte) int {
+// tokenize splits line into d.toks (see splitTokens). It returns the number of tokens
+// kept, at most textMaxTokens.
+func (d *TextReader) tokenize(line []byte) int { return splitTokens(line, d.toks[:]) }
+
+// splitTokens splits line on spaces into toks, as memcached does (tabs and other bytes
+// belong to tokens), and returns how many there are, counting at most len(toks).
+func splitTokens(line []byte, toks [][]byte) int {
 	n := 0
-	for i := 0; i < len(line) && n < textMaxTokens; {
+	for i := 0; i < len(line) && n < len(toks); {
 		if line[i] == ' ' {
 			i++
 			continue
@@ -53,7 +57,7 @@ func (d *TextReader) tokenize(line []byte) int {
 		for j < len(line) && line[j] != ' ' {
 			j++
 		}
-		d.toks[n] = line[i:j]
+		toks[n] = line[i:j]
 		n++
 		i = j
 	}

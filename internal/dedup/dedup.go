@@ -4,10 +4,16 @@
 // It is a keyed form of golang.org/x/sync/singleflight split into Start and Finish, so
 // that one caller can lead the fetch of many keys at once (a multi-get sends one batch for
 // all the keys it leads) and follow others' fetches for the rest.
+//
+// A fetch nobody joins, the common case, allocates nothing: flights are reused, found by a
+// hash of the key rather than a string made from it, and a flight's channel is made only
+// when a follower needs one.
 package dedup
 
 import (
+	"bytes"
 	"context"
+	"hash/maphash"
 	"sync"
 )
 
@@ -15,41 +21,93 @@ import (
 // is safe for concurrent use.
 type Group[V any] struct {
 	mu      sync.Mutex
-	flights map[string]*Flight[V] // guarded by mu
+	seed    maphash.Seed
+	flights map[uint64]*Flight[V] // by hash of the key, chained; guarded by mu
+	free    sync.Pool             // finished flights nobody followed
 }
 
 // Flight is one fetch in progress. Val and Err are written by the leader before Finish and
 // read by followers after Wait; they are shared, so neither side may modify them.
 type Flight[V any] struct {
-	done chan struct{}
-	Val  V
-	Err  error
+	Val V
+	Err error
+
+	// Guarded by the Group's mu.
+	key  []byte        // a copy of the key
+	hash uint64        // of key
+	next *Flight[V]    // the next flight whose key has the same hash
+	done chan struct{} // made by the first follower; closed by Finish
 }
 
 // Start joins the fetch of key in progress, or starts one and makes the caller its leader.
-// A leader must call Finish exactly once, whatever happens.
+// A leader must call Finish exactly once, whatever happens, and not use the flight after.
 func (g *Group[V]) Start(key []byte) (f *Flight[V], leader bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if f, ok := g.flights[string(key)]; ok {
+	if g.flights == nil {
+		g.seed = maphash.MakeSeed()
+		g.flights = make(map[uint64]*Flight[V])
+	}
+	h := maphash.Bytes(g.seed, key)
+	if f := g.find(h, key); f != nil {
+		if f.done == nil {
+			f.done = make(chan struct{})
+		}
 		return f, false
 	}
-	if g.flights == nil {
-		g.flights = make(map[string]*Flight[V])
+	f, _ = g.free.Get().(*Flight[V])
+	if f == nil {
+		f = new(Flight[V])
 	}
-	f = &Flight[V]{done: make(chan struct{})}
-	g.flights[string(key)] = f
+	f.key, f.hash = append(f.key[:0], key...), h
+	f.next = g.flights[h]
+	g.flights[h] = f
 	return f, true
+}
+
+// find is the flight of key, or nil; the caller holds mu.
+func (g *Group[V]) find(h uint64, key []byte) *Flight[V] {
+	for f := g.flights[h]; f != nil; f = f.next {
+		if bytes.Equal(f.key, key) {
+			return f
+		}
+	}
+	return nil
+}
+
+// unlink takes f out of the group, if it is still in; the caller holds mu.
+func (g *Group[V]) unlink(f *Flight[V]) {
+	first := g.flights[f.hash]
+	switch {
+	case first == f && f.next == nil:
+		delete(g.flights, f.hash)
+	case first == f:
+		g.flights[f.hash] = f.next
+	default:
+		for p := first; p != nil; p = p.next {
+			if p.next == f {
+				p.next = f.next
+				break
+			}
+		}
+	}
+	f.next = nil
 }
 
 // Finish publishes the leader's result to the followers and ends the flight.
 func (g *Group[V]) Finish(key []byte, f *Flight[V]) {
 	g.mu.Lock()
-	if g.flights[string(key)] == f {
-		delete(g.flights, string(key))
-	}
+	g.unlink(f)
+	done := f.done
 	g.mu.Unlock()
-	close(f.done)
+	if done != nil {
+		close(done)
+		return
+	}
+	// Nobody followed, and nobody can now: the flight is free for the next fetch.
+	var zero V
+	f.Val, f.Err = zero, nil
+	g.free.Put(f)
 }
 
 // Forget makes the fetch of key in progress unjoinable: callers that Start after Forget
@@ -58,12 +116,15 @@ func (g *Group[V]) Finish(key []byte, f *Flight[V]) {
 func (g *Group[V]) Forget(key []byte) {
 	g.mu.Lock()
 	if len(g.flights) > 0 { // writes without reads in flight skip hashing the key
-		delete(g.flights, string(key))
+		if f := g.find(maphash.Bytes(g.seed, key), key); f != nil {
+			g.unlink(f)
+		}
 	}
 	g.mu.Unlock()
 }
 
-// Wait waits for the leader's result, or for ctx.
+// Wait waits for the leader's result, or for ctx. Only a follower waits: Start made the
+// channel it waits on.
 func (f *Flight[V]) Wait(ctx context.Context) error {
 	select {
 	case <-f.done:
@@ -76,6 +137,6 @@ func (f *Flight[V]) Wait(ctx context.Context) error {
 // ForgetAll makes every fetch in progress unjoinable (after flush_all).
 func (g *Group[V]) ForgetAll() {
 	g.mu.Lock()
-	clear(g.flights)
+	clear(g.flights) // a flight's Finish then finds it in no chain
 	g.mu.Unlock()
 }

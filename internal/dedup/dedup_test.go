@@ -102,3 +102,57 @@ func BenchmarkStartFinishUncontended(b *testing.B) {
 		g.Finish(key, f)
 	}
 }
+
+func TestUnfollowedFetchAllocatesNothing(t *testing.T) {
+	var g Group[int]
+	key := []byte("user:1234:profile")
+	f, _ := g.Start(key)
+	g.Finish(key, f)
+	if n := testing.AllocsPerRun(1000, func() {
+		f, _ := g.Start(key)
+		g.Finish(key, f)
+	}); n != 0 {
+		t.Errorf("%v allocations per unfollowed fetch, want 0", n)
+	}
+}
+
+func TestCollidingFlightsStayApart(t *testing.T) {
+	// Flights chained under one hash: unlink from the front, the middle and the end.
+	var g Group[int]
+	keys := [][]byte{[]byte("a"), []byte("b"), []byte("c"), []byte("d")}
+	flights := make([]*Flight[int], len(keys))
+	for i, k := range keys {
+		flights[i], _ = g.Start(k)
+	}
+	g.mu.Lock()
+	for i := range flights { // force one chain: every flight under the first one's hash
+		g.unlink(flights[i])
+	}
+	for i := len(flights) - 1; i >= 0; i-- {
+		f := flights[i]
+		f.hash, f.next = flights[0].hash, g.flights[flights[0].hash]
+		g.flights[f.hash] = f
+	}
+	g.mu.Unlock()
+	for _, i := range []int{1, 0, 3} {
+		g.Finish(keys[i], flights[i])
+		g.mu.Lock()
+		for j, k := range keys {
+			got := g.find(flights[0].hash, k)
+			if gone := j == 1 || j == 0 && i != 1 || j == 3 && i == 3; gone != (got == nil) {
+				t.Fatalf("after finishing %q: flight of %q present=%v", keys[i], k, got != nil)
+			}
+		}
+		g.mu.Unlock()
+	}
+	g.mu.Lock()
+	left := g.find(flights[0].hash, keys[2])
+	g.mu.Unlock()
+	if left != flights[2] {
+		t.Fatal("the remaining flight is lost")
+	}
+	g.Finish(keys[2], flights[2])
+	if len(g.flights) != 0 {
+		t.Fatalf("%d chains left after every flight finished", len(g.flights))
+	}
+}

@@ -189,8 +189,8 @@ var ErrBinaryTooLarge = errors.New("protocol: binary response exceeds limits")
 // lim.MaxValueBytes is never allocated: it is discarded and ErrBinaryTooLarge returned. A
 // wrong magic byte gives ErrBinaryMagic; any other error leaves the stream unusable.
 func ReadBinaryResponse(r *bufio.Reader, lim Limits, h *BinaryResponseHeader, resp *Response) error {
-	var hb [binHeaderLen]byte
-	if _, err := io.ReadFull(r, hb[:]); err != nil {
+	hb, err := readSmall(r, binHeaderLen)
+	if err != nil {
 		return err
 	}
 	if hb[0] != binMagicResponse {
@@ -218,9 +218,13 @@ func ReadBinaryResponse(r *bufio.Reader, lim Limits, h *BinaryResponseHeader, re
 		}
 		return ErrBinaryTooLarge
 	}
-	var ext [255]byte
-	if _, err := io.ReadFull(r, ext[:extLen]); err != nil {
+	ext, err := readSmall(r, int(extLen))
+	if err != nil {
 		return binNoEOF(err)
+	}
+	var flags uint32
+	if extLen == 4 {
+		flags = binary.BigEndian.Uint32(ext) // read now: ext is r's buffer, which the value's read reuses
 	}
 	rest := int(bodyLen - extLen)
 	if h.Status != BinStatusOK && keyLen == 0 {
@@ -256,12 +260,30 @@ func ReadBinaryResponse(r *bufio.Reader, lim Limits, h *BinaryResponseHeader, re
 			return nil
 		}
 	}
-	if extLen == 4 {
-		resp.Flags = binary.BigEndian.Uint32(ext[:4])
-	}
+	resp.Flags = flags
 	resp.Key = key
 	resp.Value = value
 	return nil
+}
+
+// readSmall reads the next n bytes, as io.ReadFull does, where they fit r's buffer without
+// copying them: the result is r's own, valid until r is read again. (A header read into an
+// array through io.Reader would put the array on the heap, an allocation per answer.)
+func readSmall(r *bufio.Reader, n int) ([]byte, error) {
+	if n > r.Size() {
+		b := make([]byte, n)
+		_, err := io.ReadFull(r, b)
+		return b, err
+	}
+	b, err := r.Peek(n)
+	if err != nil {
+		if len(b) > 0 && errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	_, err = r.Discard(n)
+	return b, err
 }
 
 // binResponseFromStatus is the Status for a server's answer to opcode: memcached answers

@@ -15,11 +15,12 @@ import (
 // pool's keys are copied, once the client's answer is made, onto a bounded queue that a few
 // workers send on to the shadow pool; their answers are counted and thrown away. A full
 // queue drops the copy (counted): a slow or stopped shadow pool costs clients nothing but
-// the copy, and moxi no more memory than the queue's bounds.
+// the copy, and moxi no more memory than the queue's bounds. Each key has its worker, so
+// that the shadow pool gets a key's requests in the order the pool got them.
 
 const (
 	shadowWorkers   = 8        // requests sent to shadow pools at once
-	shadowQueued    = 1024     // requests waiting, at most ...
+	shadowQueued    = 1024     // requests waiting, at most (shadowQueued/shadowWorkers a worker) ...
 	shadowMaxBytes  = 16 << 20 // ... and their bytes at most
 	shadowTimeoutAt = 5 * time.Second
 )
@@ -29,9 +30,11 @@ const (
 // and restarts (a key is always or never shadowed, on every proxy of a tier) and unrelated
 // to the ring's placement of the key (fnv1a_64 may be a pool's ring hash).
 func shadowed(key []byte, fraction float64) bool {
-	if fraction >= 1 {
-		return true
-	}
+	return fraction >= 1 || float64(shadowHash(key)>>11) < fraction*(1<<53)
+}
+
+// shadowHash is the hash shadowed compares; its low bits pick a key's worker.
+func shadowHash(key []byte) uint64 {
 	h := uint64(14695981039346656037)
 	for _, c := range []byte("moxi/shadow:") {
 		h = (h ^ uint64(c)) * 1099511628211
@@ -44,7 +47,7 @@ func shadowed(key []byte, fraction float64) bool {
 	h ^= h >> 33
 	h *= 0xc4ceb9fe1a85ec53
 	h ^= h >> 33
-	return float64(h>>11) < fraction*(1<<53)
+	return h
 }
 
 // shadowJob is one request copied for a shadow pool; it owns its bytes.
@@ -58,8 +61,8 @@ type shadowJob struct {
 // shadowQueue holds shadow requests for its workers, which start with the first request
 // and exit at close.
 type shadowQueue struct {
-	jobs    chan *shadowJob // never closed: close signals stop
-	bytes   atomic.Int64    // of the jobs queued
+	jobs    []chan *shadowJob // a worker's each, by key; never closed: close signals stop
+	bytes   atomic.Int64      // of the jobs queued
 	start   sync.Once
 	stop    chan struct{}   // closed by close
 	ctx     context.Context // of the requests sent; cancelled when close is done or gives up
@@ -71,7 +74,11 @@ type shadowQueue struct {
 
 func newShadowQueue() *shadowQueue {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &shadowQueue{jobs: make(chan *shadowJob, shadowQueued), stop: make(chan struct{}), ctx: ctx, cancel: cancel}
+	q := &shadowQueue{stop: make(chan struct{}), ctx: ctx, cancel: cancel}
+	for range shadowWorkers {
+		q.jobs = append(q.jobs, make(chan *shadowJob, shadowQueued/shadowWorkers))
+	}
+	return q
 }
 
 // shadow copies req's shadowed keys onto the queue, one job per shadow pool; called after
@@ -140,31 +147,32 @@ func (p *Proxy) enqueueShadow(dst *pool.Pool, from string, req *protocol.Request
 		return
 	}
 	q.start.Do(func() {
-		for range shadowWorkers {
+		for _, jobs := range q.jobs {
 			q.workers.Add(1)
-			go p.shadowWorker() // exits when q.stop closes
+			go p.shadowWorker(jobs) // exits when q.stop closes
 		}
 	})
 	select {
-	case q.jobs <- job:
+	case q.jobs[shadowHash(k)%shadowWorkers] <- job:
 		q.bytes.Add(int64(job.bytes))
 	default:
 		p.metrics.shadowResult(from, shadowDropped)
 	}
 }
 
-// shadowWorker sends queued shadow requests until the queue closes, then what is left.
-func (p *Proxy) shadowWorker() {
+// shadowWorker sends the shadow requests queued on jobs until the queue closes, then what
+// is left.
+func (p *Proxy) shadowWorker(jobs <-chan *shadowJob) {
 	q := p.shadows
 	defer q.workers.Done()
 	for {
 		select {
-		case job := <-q.jobs:
+		case job := <-jobs:
 			p.sendShadow(job)
 		case <-q.stop:
 			for {
 				select {
-				case job := <-q.jobs:
+				case job := <-jobs:
 					p.sendShadow(job)
 				default:
 					return

@@ -2,7 +2,6 @@ package test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 )
 
@@ -22,42 +21,31 @@ func TestAllocationsPerRequest(t *testing.T) {
 
 	const clients, perClient = 4, 6000 // per client, by fours: a set, a get that hits, a get that misses, a get that hits
 	load := func(n int) {
-		var wg sync.WaitGroup
-		for w := range clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				tc, err := dialText(moxi.addr)
+		withClients(t, moxi.addr, clients, func(w int, tc *textClient) {
+			for i := range n {
+				k := fmt.Sprintf("alloc:%d:%d", w, i/4%100) // set, then read: a hit, a miss, a hit
+				var ans string
+				var err error
+				switch i % 4 {
+				case 0:
+					ans, err = tc.set(k, "a-value-of-some-thirty-bytes..")
+				case 2:
+					ans, err = tc.get(k + ":missing")
+					if ans != "" {
+						err = fmt.Errorf("get of a missing key: %q", ans)
+					}
+				default:
+					ans, err = tc.get(k)
+					if ans == "" || ans[0] != 'a' {
+						err = fmt.Errorf("get of %s: %q", k, ans)
+					}
+				}
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				defer tc.Close()
-				for i := range n {
-					k := fmt.Sprintf("alloc:%d:%d", w, i/4%100) // set, then read: a hit, a miss, a hit
-					var ans string
-					switch i % 4 {
-					case 0:
-						ans, err = tc.set(k, "a-value-of-some-thirty-bytes..")
-					case 2:
-						ans, err = tc.get(k + ":missing")
-						if ans != "" {
-							err = fmt.Errorf("get of a missing key: %q", ans)
-						}
-					default:
-						ans, err = tc.get(k)
-						if ans == "" || ans[0] != 'a' {
-							err = fmt.Errorf("get of %s: %q", k, ans)
-						}
-					}
-					if err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
+			}
+		})
 	}
 	load(400) // connections, pools and buffers warm
 	mallocs := func() float64 { return metricSample(metricFamilies(t, admin), "go_memstats_mallocs_total") }

@@ -93,7 +93,9 @@ func TestLargeMultiGet(t *testing.T) {
 	storeBig(t, mc.Addr, 1000)
 	config := writeConfig(t, fmt.Sprintf("pools:\n  main:\n    servers: [%s]\n", mc.Addr)) // default timeouts
 
-	run := func(t *testing.T, keys, clients int, bound float64) {
+	// run makes clients multi-gets of keys values at once, checks them, and returns moxi's
+	// peak RSS in MiB.
+	run := func(t *testing.T, keys, clients int) float64 {
 		admin := freeAddr(t)
 		moxi := startMoxiBin(t, fastMoxi(t), "--config", config, "--admin", admin)
 		before := peakRSS(t, moxi.cmd.Process.Pid)
@@ -158,11 +160,24 @@ func TestLargeMultiGet(t *testing.T) {
 		}
 		peak := peakRSS(t, moxi.cmd.Process.Pid)
 		t.Logf("%d × get of %d × 1 MiB: %v; small client %d ops; moxi peak RSS %.0f MiB (%.0f MiB before)", clients, keys, took.Round(time.Millisecond), smallOps, peak, before)
-		if bound > 0 && peak > bound {
+		return peak
+	}
+	bounded := func(t *testing.T, keys, clients int, bound float64) {
+		peak := run(t, keys, clients)
+		if peak > bound {
+			// On a machine starved of CPU by other work, the GC can fall behind values
+			// arriving at GB/s and the heap overshoot its goal for a moment (238 MiB once
+			// in a full run, against 60 to 80 MiB usually). Moxi holding answers whole
+			// would exceed the bound every time, by far (1 GiB and more): a second
+			// measurement, with a fresh moxi, tells the two apart.
+			t.Logf("peak RSS %.0f MiB over %.0f MiB: measuring again", peak, bound)
+			peak = run(t, keys, clients)
+		}
+		if peak > bound {
 			t.Errorf("moxi peak RSS %.0f MiB, want ≤ %.0f MiB", peak, bound)
 		}
 	}
-	t.Run("one 300 MiB answer", func(t *testing.T) { run(t, 300, 1, 150) })
-	t.Run("three at once", func(t *testing.T) { run(t, 300, 3, 200) })
-	t.Run("1000 keys", func(t *testing.T) { run(t, 1000, 1, 0) })
+	t.Run("one 300 MiB answer", func(t *testing.T) { bounded(t, 300, 1, 150) })
+	t.Run("three at once", func(t *testing.T) { bounded(t, 300, 3, 200) })
+	t.Run("1000 keys", func(t *testing.T) { run(t, 1000, 1) })
 }

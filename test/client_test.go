@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
+	"testing"
 	"time"
 )
 
@@ -64,4 +66,24 @@ func (tc *textClient) get(key string) (string, error) { return tc.call("get " + 
 
 func (tc *textClient) set(key, value string) (string, error) {
 	return tc.call(fmt.Sprintf("set %s 0 0 %d\r\n%s\r\n", key, len(value), value))
+}
+
+// withClients runs f on n goroutines, each with a text connection of its own to addr (w is
+// the goroutine's number), and waits for them.
+func withClients(t testing.TB, addr string, n int, f func(w int, tc *textClient)) {
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tc, err := dialText(addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer tc.Close()
+			f(w, tc)
+		}()
+	}
+	wg.Wait()
 }

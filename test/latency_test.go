@@ -12,31 +12,19 @@ import (
 func getLatencies(b testing.TB, addr string, d time.Duration, key func(i int) string) []time.Duration {
 	var mu sync.Mutex
 	var lat []time.Duration
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := dialText(addr)
-			if err != nil {
+	withClients(b, addr, 8, func(w int, c *textClient) {
+		end := time.Now().Add(d)
+		for i := w; i < 8_000_000 && time.Now().Before(end); i += 8 {
+			start := time.Now()
+			if _, err := c.get(key(i)); err != nil {
 				b.Error(err)
 				return
 			}
-			defer c.Close()
-			end := time.Now().Add(d)
-			for i := w; i < 8_000_000 && time.Now().Before(end); i += 8 {
-				start := time.Now()
-				if _, err := c.get(key(i)); err != nil {
-					b.Error(err)
-					return
-				}
-				mu.Lock()
-				lat = append(lat, time.Since(start))
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+			mu.Lock()
+			lat = append(lat, time.Since(start))
+			mu.Unlock()
+		}
+	})
 	slices.Sort(lat)
 	return lat
 }

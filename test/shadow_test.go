@@ -86,44 +86,33 @@ func TestShadowKeys(t *testing.T) {
 // latency and the count of error answers.
 func latencyRun(t *testing.T, addr string, d time.Duration) (all []time.Duration, errs int) {
 	var mu sync.Mutex
-	var wg sync.WaitGroup
 	deadline := time.Now().Add(d)
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tc, err := dialText(addr)
+	withClients(t, addr, 4, func(w int, tc *textClient) {
+		var mine []time.Duration
+		bad := 0
+		for i := 0; time.Now().Before(deadline); i++ {
+			k := fmt.Sprintf("lk:%d:%d", w, i%2000)
+			start := time.Now()
+			var ans string
+			var err error
+			if i%4 == 0 {
+				ans, err = tc.set(k, "value-"+strconv.Itoa(i))
+			} else {
+				ans, err = tc.get(k)
+			}
+			mine = append(mine, time.Since(start))
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			defer tc.Close()
-			var mine []time.Duration
-			bad := 0
-			for i := 0; time.Now().Before(deadline); i++ {
-				k := fmt.Sprintf("lk:%d:%d", w, i%2000)
-				start := time.Now()
-				var ans string
-				if i%4 == 0 {
-					ans, err = tc.set(k, "value-"+strconv.Itoa(i))
-				} else {
-					ans, err = tc.get(k)
-				}
-				mine = append(mine, time.Since(start))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if strings.HasPrefix(ans, "SERVER_ERROR") || strings.HasPrefix(ans, "CLIENT_ERROR") || ans == "ERROR" {
-					bad++
-				}
+			if strings.HasPrefix(ans, "SERVER_ERROR") || strings.HasPrefix(ans, "CLIENT_ERROR") || ans == "ERROR" {
+				bad++
 			}
-			mu.Lock()
-			all, errs = append(all, mine...), errs+bad
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+		}
+		mu.Lock()
+		all, errs = append(all, mine...), errs+bad
+		mu.Unlock()
+	})
 	if len(all) == 0 {
 		t.Fatal("no requests made")
 	}

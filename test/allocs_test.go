@@ -8,9 +8,8 @@ import (
 // TestAllocationsPerRequest: moxi's steady path allocates nothing per request but a hit's
 // value (read from the server, handed to the client connection). Measured end to end with
 // the Go runtime's own count, go_memstats_mallocs_total, over 24,000 requests of clients
-// that wait for each answer: sets, gets that hit and gets that miss, so
-// that a per-request allocation anywhere (decoding, dedup, the backend's reads, the
-// answer) shows as one more per request.
+// that wait for each answer (sets, gets that hit, gets that miss), so that a per-request
+// allocation anywhere (decoding, dedup, the backend's reads, the answer) shows.
 func TestAllocationsPerRequest(t *testing.T) {
 	mains := cluster(t, 2)
 	admin := freeAddr(t)

@@ -16,7 +16,7 @@ import (
 // workers send on to the shadow pool; their answers are counted and thrown away. A full
 // queue drops the copy (counted): a slow or stopped shadow pool costs clients nothing but
 // the copy, and moxi no more memory than the queue's bounds. Each key has its worker, so
-// that the shadow pool gets a key's requests in the order the pool got them.
+// that the shadow pool gets a key's requests in the order they were queued.
 
 const (
 	shadowWorkers   = 8        // requests sent to shadow pools at once

@@ -1,7 +1,6 @@
 package ketama_test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/hashkit"
 	"github.com/moxi-proxy/moxi/internal/ketama"
+	"github.com/moxi-proxy/moxi/internal/ketama/placement"
 )
 
 // The vector files are written by TestTwemproxyLive -update from what a live nutcracker
@@ -23,75 +23,28 @@ const (
 // twemproxy placements: every hash, equal weights (one server on port 11211, named by host
 // only), weights 1,2,3, and named servers.
 func TestPlacementVectors(t *testing.T) {
-	keys, pools := readPlacement(t)
+	keys, pools, err := placement.Read(placementFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(pools) < 2*len(hashkit.Names()) {
 		t.Fatalf("%s has %d configurations, want every hash with ketama and modula", placementFile, len(pools))
 	}
 	for _, p := range pools {
-		name := fmt.Sprintf("%s/%s/%s", p.dist, p.hash, strings.Join(p.servers, ","))
+		name := fmt.Sprintf("%s/%s/%s", p.Dist, p.Hash, strings.Join(p.Servers, ","))
 		t.Run(name, func(t *testing.T) {
-			pick := picker(t, &p.twemPool)
-			f, ok := hashkit.Lookup(p.hash)
+			pick := picker(t, &twemPool{dist: p.Dist, hash: p.Hash, servers: p.Servers})
+			f, ok := hashkit.Lookup(p.Hash)
 			if !ok {
-				t.Fatalf("no hash %q", p.hash)
+				t.Fatalf("no hash %q", p.Hash)
 			}
 			for i, key := range keys {
-				if got := pick(f([]byte(key))); got != p.owners[i] {
-					t.Errorf("key %q: server %d, twemproxy %d", key, got, p.owners[i])
+				if got := pick(f([]byte(key))); got != p.Owners[i] {
+					t.Errorf("key %q: server %d, twemproxy %d", key, got, p.Owners[i])
 				}
 			}
 		})
 	}
-}
-
-type recordedPool struct {
-	twemPool
-	owners []int
-}
-
-// readPlacement parses the placement file: `key "quoted"` lines, then per pool a
-// `pool DIST HASH SPEC|SPEC|…` line followed by an `owners DIGITS` line.
-func readPlacement(t *testing.T) ([]string, []recordedPool) {
-	t.Helper()
-	f, err := os.Open(placementFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var keys []string
-	var pools []recordedPool
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		kind, rest, _ := strings.Cut(sc.Text(), " ")
-		switch kind {
-		case "#":
-		case "key":
-			k, err := strconv.Unquote(rest)
-			if err != nil {
-				t.Fatalf("bad key line %q", sc.Text())
-			}
-			keys = append(keys, k)
-		case "pool":
-			f := strings.SplitN(rest, " ", 3)
-			if len(f) != 3 {
-				t.Fatalf("bad pool line %q", sc.Text())
-			}
-			pools = append(pools, recordedPool{twemPool: twemPool{dist: f[0], hash: f[1], servers: strings.Split(f[2], "|")}})
-		case "owners":
-			if len(pools) == 0 || len(rest) != len(keys) {
-				t.Fatalf("owners line without pool or with %d owners for %d keys", len(rest), len(keys))
-			}
-			for _, c := range rest {
-				pools[len(pools)-1].owners = append(pools[len(pools)-1].owners, int(c-'0'))
-			}
-		default:
-			t.Fatalf("bad line %q", sc.Text())
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return keys, pools
 }
 
 // hashKeys are the inputs of the hash vectors: every tail length of the block hashes,
@@ -120,11 +73,11 @@ func generateVectors(t *testing.T) {
 		{mcs[0] + ":1", mcs[1] + ":2", mcs[2] + ":3"},
 		{mcs[0] + ":1 alpha", mcs[1] + ":1 beta", mcs[2] + ":2 gamma"},
 	}
-	var placement []*twemPool
+	var placed []*twemPool
 	for _, dist := range []string{"ketama", "modula"} {
 		for _, h := range hashkit.Names() {
 			for _, s := range sets {
-				placement = append(placement, &twemPool{dist: dist, hash: h, servers: s})
+				placed = append(placed, &twemPool{dist: dist, hash: h, servers: s})
 			}
 		}
 	}
@@ -139,25 +92,23 @@ func generateVectors(t *testing.T) {
 			moduli = append(moduli, &twemPool{dist: "modula", hash: h, servers: servers})
 		}
 	}
-	startNutcracker(t, append(append([]*twemPool(nil), placement...), moduli...))
+	startNutcracker(t, append(append([]*twemPool(nil), placed...), moduli...))
 
 	all := append(append([]string(nil), mcs...), mc11211)
 	keys := testKeys(300)
-	var out strings.Builder
-	out.WriteString("# What nutcracker 0.5.0 did; regenerate with go test ./internal/ketama -run TestTwemproxyLive -update\n")
-	for _, k := range keys {
-		fmt.Fprintf(&out, "key %q\n", k)
-	}
-	for i, p := range placement {
+	var recorded []placement.Pool
+	for i, p := range placed {
 		owners := placeThrough(t, p.listen, all, keys, "p"+strconv.Itoa(i))
-		fmt.Fprintf(&out, "pool %s %s %s\nowners ", p.dist, p.hash, strings.Join(p.servers, "|"))
-		for _, o := range owners {
+		for j, o := range owners {
 			if o == len(mcs) {
-				o = len(p.servers) - 1 // the 127.0.0.2:11211 server, last in its set
+				owners[j] = len(p.servers) - 1 // the 127.0.0.2:11211 server, last in its set
 			}
-			out.WriteString(strconv.Itoa(o))
 		}
-		out.WriteString("\n")
+		recorded = append(recorded, placement.Pool{Dist: p.dist, Hash: p.hash, Servers: p.servers, Owners: owners})
+	}
+	var out strings.Builder
+	if err := placement.Write(&out, "What nutcracker 0.5.0 did; regenerate with go test ./internal/ketama -run TestTwemproxyLive -update", keys, recorded); err != nil {
+		t.Fatal(err)
 	}
 	writeFile(t, placementFile, out.String())
 

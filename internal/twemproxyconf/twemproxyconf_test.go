@@ -1,14 +1,12 @@
 package twemproxyconf
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/ketama/placement"
 	"github.com/moxi-proxy/moxi/internal/pool"
 )
 
@@ -61,11 +59,14 @@ func TestMigrationExample(t *testing.T) {
 // unnamed servers, port 11211) and checks that the moxi pool built from the converted
 // config puts every recorded key on the server nutcracker put it on.
 func TestPlacementVectors(t *testing.T) {
-	keys, pools := readPlacement(t, "../ketama/testdata/twemproxy_placement.txt")
+	keys, pools, err := placement.Read("../ketama/testdata/twemproxy_placement.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range pools {
-		t.Run(fmt.Sprintf("%s/%s/%s", p.dist, p.hash, strings.Join(p.servers, ",")), func(t *testing.T) {
-			src := "p:\n  listen: 127.0.0.1:22121\n  distribution: " + p.dist + "\n  hash: " + p.hash + "\n  servers:\n"
-			for _, s := range p.servers {
+		t.Run(fmt.Sprintf("%s/%s/%s", p.Dist, p.Hash, strings.Join(p.Servers, ",")), func(t *testing.T) {
+			src := "p:\n  listen: 127.0.0.1:22121\n  distribution: " + p.Dist + "\n  hash: " + p.Hash + "\n  servers:\n"
+			for _, s := range p.Servers {
 				src += "   - " + s + "\n"
 			}
 			_, cfg := convert(t, src)
@@ -79,57 +80,12 @@ func TestPlacementVectors(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, key := range keys {
-				if got := moxi.Owner([]byte(key)); got != p.owners[i] {
-					t.Fatalf("key %q: moxi server %d, nutcracker %d", key, got, p.owners[i])
+				if got := moxi.Owner([]byte(key)); got != p.Owners[i] {
+					t.Fatalf("key %q: moxi server %d, nutcracker %d", key, got, p.Owners[i])
 				}
 			}
 		})
 	}
-}
-
-type recordedPool struct {
-	dist, hash string
-	servers    []string
-	owners     []int
-}
-
-// readPlacement parses the ketama package's placement file: `key "quoted"` lines, then per
-// pool a `pool DIST HASH SPEC|SPEC|…` line and an `owners DIGITS` line.
-func readPlacement(t *testing.T, path string) ([]string, []recordedPool) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var keys []string
-	var pools []recordedPool
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		kind, rest, _ := strings.Cut(sc.Text(), " ")
-		switch kind {
-		case "key":
-			k, err := strconv.Unquote(rest)
-			if err != nil {
-				t.Fatalf("bad key line %q", sc.Text())
-			}
-			keys = append(keys, k)
-		case "pool":
-			f := strings.SplitN(rest, " ", 3)
-			pools = append(pools, recordedPool{dist: f[0], hash: f[1], servers: strings.Split(f[2], "|")})
-		case "owners":
-			for _, c := range rest {
-				pools[len(pools)-1].owners = append(pools[len(pools)-1].owners, int(c-'0'))
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(keys) == 0 || len(pools) == 0 {
-		t.Fatalf("%s: %d keys, %d pools", path, len(keys), len(pools))
-	}
-	return keys, pools
 }
 
 // TestConvert checks settings and comments of the output for each kind of input.

@@ -3,8 +3,6 @@ package config
 import (
 	"crypto/tls"
 	"errors"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -92,11 +90,7 @@ func TestLoadTLS(t *testing.T) {
 	ca := tlstest.NewCA(t, dir, "ca")
 	srv := ca.Issue(t, dir, "server")
 	other := ca.Issue(t, dir, "other")
-	missing := filepath.Join(dir, "missing.pem")
-	junk := filepath.Join(dir, "junk.pem")
-	if err := os.WriteFile(junk, []byte("junk\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	missing, junk := tlstest.BadFiles(t, dir)
 	file := func(listen, pool string) string {
 		return "pools:\n  p:\n    servers: [\"127.0.0.1:11211\"]\n" + pool + listen
 	}

@@ -3,8 +3,6 @@ package tlsfiles
 import (
 	"crypto/tls"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -85,11 +83,7 @@ func TestErrorsNameTheFile(t *testing.T) {
 	ca := tlstest.NewCA(t, dir, "ca")
 	a := ca.Issue(t, dir, "a")
 	b := ca.Issue(t, dir, "b")
-	missing := filepath.Join(dir, "missing.pem")
-	junk := filepath.Join(dir, "junk.pem")
-	if err := os.WriteFile(junk, []byte("not pem\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	missing, junk := tlstest.BadFiles(t, dir)
 	tests := []struct {
 		name string
 		load func() error

@@ -45,14 +45,7 @@ func NewCA(t testing.TB, dir, name string) *CA {
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	der, cert := create(t, tmpl, tmpl, key, key)
 	ca := &CA{CertFile: filepath.Join(dir, name+".crt"), Cert: cert, key: key}
 	writePEM(t, ca.CertFile, "CERTIFICATE", der)
 	return ca
@@ -73,14 +66,7 @@ func (ca *CA) Issue(t testing.TB, dir, name string) Pair {
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	der, cert := create(t, tmpl, ca.Cert, key, ca.key)
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +75,17 @@ func (ca *CA) Issue(t testing.TB, dir, name string) Pair {
 	writePEM(t, p.CertFile, "CERTIFICATE", der)
 	writePEM(t, p.KeyFile, "EC PRIVATE KEY", keyDER)
 	return p
+}
+
+// BadFiles names two files no certificate can be read from, in dir: one missing, and one
+// that is not PEM.
+func BadFiles(t testing.TB, dir string) (missing, junk string) {
+	t.Helper()
+	missing, junk = filepath.Join(dir, "missing.pem"), filepath.Join(dir, "junk.pem")
+	if err := os.WriteFile(junk, []byte("not pem\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return missing, junk
 }
 
 // Pool is a pool holding ca's certificate, for a client's RootCAs or a server's ClientCAs.
@@ -106,6 +103,21 @@ func (p Pair) Certificate(t testing.TB) tls.Certificate {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// create makes the certificate tmpl for key, signed by parent's signer, and returns it
+// encoded and parsed.
+func create(t testing.TB, tmpl, parent *x509.Certificate, key, signer *ecdsa.PrivateKey) ([]byte, *x509.Certificate) {
+	t.Helper()
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der, cert
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {

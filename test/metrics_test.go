@@ -376,19 +376,9 @@ routes:
 			pollUntil(t, "/readyz 200 with every server up", func() bool { code, _ := adminDo(t, "GET", readyz, ""); return code == 200 })
 			doomed.Stop()
 			c, r := dialConn(t, p.addr)
-			var body string
-			pollUntil(t, "/readyz 503 with pool other's server dead", func() bool {
+			wantNotReady(t, admin, "with pool other's server dead", "no live server in pool other\n", func() {
 				roundTrip(t, c, r, "get other:k\r\n", "END") // a failure marks it dead at once
-				var code int
-				code, body = adminDo(t, "GET", readyz, "")
-				return code == http.StatusServiceUnavailable
 			})
-			if body != "no live server in pool other\n" {
-				t.Errorf("/readyz body %q", body)
-			}
-			if code, _ := adminDo(t, "GET", "http://"+admin+"/healthz", ""); code != 200 {
-				t.Errorf("/healthz = %d with a pool down, want 200", code)
-			}
 		})
 	}
 
@@ -426,18 +416,7 @@ routes:
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		var body string
-		pollUntil(t, "/readyz 503 while draining", func() bool {
-			var code int
-			code, body = adminDo(t, "GET", readyz, "")
-			return code == http.StatusServiceUnavailable
-		})
-		if body != "draining: moxi is shutting down\n" {
-			t.Errorf("/readyz body while draining: %q", body)
-		}
-		if code, _ := adminDo(t, "GET", "http://"+admin+"/healthz", ""); code != 200 {
-			t.Errorf("/healthz while draining = %d, want 200", code)
-		}
+		wantNotReady(t, admin, "while draining", "draining: moxi is shutting down\n", nil)
 		_ = mc.Signal(syscall.SIGCONT)
 		stopped = false
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -549,4 +528,25 @@ func containsLine(lines []string, want string) bool {
 		}
 	}
 	return false
+}
+
+// wantNotReady polls /readyz until it answers 503 (calling nudge before each try, when
+// given), then checks that its body is want and that /healthz, liveness, still answers 200.
+func wantNotReady(t *testing.T, admin, when, want string, nudge func()) {
+	t.Helper()
+	var body string
+	pollUntil(t, "/readyz 503 "+when, func() bool {
+		if nudge != nil {
+			nudge()
+		}
+		var code int
+		code, body = adminDo(t, "GET", "http://"+admin+"/readyz", "")
+		return code == http.StatusServiceUnavailable
+	})
+	if body != want {
+		t.Errorf("/readyz body %s: %q, want %q", when, body, want)
+	}
+	if code, _ := adminDo(t, "GET", "http://"+admin+"/healthz", ""); code != 200 {
+		t.Errorf("/healthz %s = %d, want 200", when, code)
+	}
 }

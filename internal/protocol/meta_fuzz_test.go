@@ -55,16 +55,8 @@ func FuzzMetaRead(f *testing.F) {
 			if !req.Op.IsMeta() {
 				continue
 			}
-			want := metaReqString(&req)
 			enc := AppendMetaRequest(nil, &req)
-			d2 := NewTextReader(bufio.NewReaderSize(bytes.NewReader(enc), 16), lim)
-			var req2 Request
-			if err := d2.Read(&req2); err != nil {
-				t.Fatalf("decoding %q (from %s): %v", enc, want, err)
-			}
-			if got := metaReqString(&req2); got != want {
-				t.Fatalf("round trip through %q:\n got %s\nwant %s", enc, got, want)
-			}
+			req2 := textRoundTrip(t, lim, &req, enc, metaReqString)
 			if req2.Meta.Quiet != MetaThroughMN(&req) {
 				t.Fatalf("q through %q: %v, then %v", enc, req.Meta.Quiet, req2.Meta.Quiet)
 			}

@@ -35,16 +35,23 @@ func FuzzTextRead(f *testing.F) {
 			if err != nil {
 				return
 			}
-			want := textReqString(&req)
-			enc := AppendTextRequest(nil, &req)
-			d2 := NewTextReader(bufio.NewReaderSize(bytes.NewReader(enc), 16), lim)
-			var req2 Request
-			if err := d2.Read(&req2); err != nil {
-				t.Fatalf("decoding %q (from %s): %v", enc, want, err)
-			}
-			if got := textReqString(&req2); got != want {
-				t.Fatalf("round trip through %q:\n got %s\nwant %s", enc, got, want)
-			}
+			textRoundTrip(t, lim, &req, AppendTextRequest(nil, &req), textReqString)
 		}
 	})
+}
+
+// textRoundTrip decodes enc, the encoding of req, and checks that it gives req back as
+// render shows requests; it returns the decoded request.
+func textRoundTrip(t *testing.T, lim Limits, req *Request, enc []byte, render func(*Request) string) Request {
+	t.Helper()
+	want := render(req)
+	d := NewTextReader(bufio.NewReaderSize(bytes.NewReader(enc), 16), lim)
+	var got Request
+	if err := d.Read(&got); err != nil {
+		t.Fatalf("decoding %q (from %s): %v", enc, want, err)
+	}
+	if s := render(&got); s != want {
+		t.Fatalf("round trip through %q:\n got %s\nwant %s", enc, s, want)
+	}
+	return got
 }

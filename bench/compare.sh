@@ -3,6 +3,8 @@
 # with memcaslap in the same run, interleaved round by round so that machine noise hits all
 # three alike. Prints the median TPS of each and the ratios moxi/twemproxy and moxi/direct,
 # and the CPU each proxy spends per request (user + system time over the run's requests).
+# The same runs measure bench/floor, a forwarder with no features built as event loops (one
+# loop, and two: one a core here), as the floor of what a proxy hop costs on this machine.
 #
 #   bench/compare.sh                 # 3 rounds of 10 s each, ascii then binary
 #   ROUNDS=5 DURATION=20s bench/compare.sh
@@ -21,8 +23,13 @@ build_moxi
 # moxi has an admin port for PROFILE's pprof endpoint.
 admin=$(freeport)
 start_targets --admin "127.0.0.1:$admin" ${PROFILE:+--pprof}
+go build -o "$work/floor" ./bench/floor
+fl1=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$fl1" -backend "127.0.0.1:$mc" -loops 1; fl1pid=${pids[-1]}
+fl2=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$fl2" -backend "127.0.0.1:$mc" -loops 2; fl2pid=${pids[-1]}
+waitport "$fl1"; waitport "$fl2"
 
-declare -A pidof=([twemproxy]=$twpid [moxi]=$mxpid [moxi-1thread]=$mx1pid [moxi-binary]=$mxpid [moxi-1thread-bin]=$mx1pid)
+declare -A pidof=([twemproxy]=$twpid [moxi]=$mxpid [moxi-1thread]=$mx1pid [moxi-binary]=$mxpid [moxi-1thread-bin]=$mx1pid
+	[floor-1loop]=$fl1pid [floor-2loops]=$fl2pid [floor-1loop-bin]=$fl1pid [floor-2loops-bin]=$fl2pid)
 hz=$(getconf CLK_TCK)
 
 # run NAME PORT [memcaslap flags...]: one memcaslap run, TPS appended to $work/tps.NAME and,
@@ -60,12 +67,16 @@ for r in $(seq "$ROUNDS"); do
 		run moxi "$mx"
 	fi
 	run moxi-1thread "$mx1"
+	run floor-1loop "$fl1"
+	run floor-2loops "$fl2"
 done
 for r in $(seq "$ROUNDS"); do
 	echo "round $r (binary)"
 	run direct-binary "$mc" -B
 	run moxi-binary "$mx" -B
 	run moxi-1thread-bin "$mx1" -B
+	run floor-1loop-bin "$fl1" -B
+	run floor-2loops-bin "$fl2" -B
 done
 
 d=$(median tps.direct); t=$(median tps.twemproxy); m=$(median tps.moxi); m1=$(median tps.moxi-1thread)
@@ -79,4 +90,10 @@ echo "               binary: moxi/direct $(ratio "$mb" "$db")  moxi(GOMAXPROCS=1
 ct=$(median cpu.twemproxy); cm=$(median cpu.moxi); cm1=$(median cpu.moxi-1thread)
 echo "CPU µs/request ascii: twemproxy $ct  moxi $cm  moxi(GOMAXPROCS=1) $cm1;  moxi/twemproxy $(ratio "$cm" "$ct")  moxi(GOMAXPROCS=1)/twemproxy $(ratio "$cm1" "$ct")"
 echo "               binary: moxi $(median cpu.moxi-binary)  moxi(GOMAXPROCS=1) $(median cpu.moxi-1thread-bin)"
+f1=$(median tps.floor-1loop); f2=$(median tps.floor-2loops); fb1=$(median tps.floor-1loop-bin); fb2=$(median tps.floor-2loops-bin)
+cf1=$(median cpu.floor-1loop); cf2=$(median cpu.floor-2loops)
+echo "floor (bench/floor: a forwarder with no features, as event loops):"
+echo "  ascii: 1 loop $f1 ops/s: /twemproxy $(ratio "$f1" "$t")  /direct $(ratio "$f1" "$d");  2 loops $f2 ops/s: /twemproxy $(ratio "$f2" "$t")  /direct $(ratio "$f2" "$d")"
+echo "  binary: 1 loop $fb1 ops/s: /direct $(ratio "$fb1" "$db");  2 loops $fb2 ops/s: /direct $(ratio "$fb2" "$db")"
+echo "  CPU µs/request ascii: 1 loop $cf1 ($(ratio "$cf1" "$ct") of twemproxy)  2 loops $cf2 ($(ratio "$cf2" "$ct"))"
 [ -z "${PROFILE:-}" ] || echo "moxi CPU profile: $PROFILE (go tool pprof -top $PROFILE)"

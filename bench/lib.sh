@@ -86,6 +86,14 @@ YAML
 	waitport "$port"
 }
 
+# start_relay PORT BACKEND: socat relaying each connection to 127.0.0.1:PORT to BACKEND, byte
+# for byte (a process per connection): a proxy hop with no work in it at all, the floor of
+# what one costs a client that keeps one connection.
+start_relay() {
+	spawn socat "TCP-LISTEN:$1,bind=127.0.0.1,reuseaddr,fork,nodelay" "TCP:127.0.0.1:$2,nodelay"
+	waitport "$1"
+}
+
 # start_targets [FLAG...]: memcached on port $mc, twemproxy in front of it on $tw, moxi on $mx
 # (with FLAGs) and on $mx1 the same moxi limited to one OS thread (GOMAXPROCS=1), as twemproxy
 # is: on a small host shared with the load generator and memcached it avoids cross-thread

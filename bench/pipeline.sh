@@ -2,10 +2,11 @@
 # Latency of a pipeline of 100 requests on one connection: from the first byte written (all
 # 100 requests in one write) to the last answer read, against memcached direct, through
 # twemproxy (nutcracker) and through moxi (and moxi with GOMAXPROCS=1), all in front of the
-# same memcached. Cases: 100 text sets, 100 text single-key gets, 100 binary setq and a noop,
+# same memcached, and through a byte relay (socat: bench/lib.sh start_relay), the floor of
+# a proxy hop. Cases: 100 text sets, 100 text single-key gets, 100 binary setq and a noop,
 # 100 meta sets (ms), 100 meta gets (mg) (twemproxy has neither binary nor meta protocol). Each round runs every case against every target in
 # turn, REPS timed repetitions each (bench/pipeline measures); prints the median µs over all
-# rounds and the ratios moxi/twemproxy (text) and moxi/direct.
+# rounds and the ratios moxi/twemproxy (text), moxi/direct and relay/direct.
 #
 #   bench/pipeline.sh                     # 3 rounds of 200 repetitions
 #   ROUNDS=5 REPS=500 N=100 bench/pipeline.sh
@@ -17,13 +18,14 @@ set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 REPS=${REPS:-200}
 N=${N:-100}
-setup
+setup ./scripts/install-bench-deps.sh
 build_moxi
 go build -o "$work/pipeline" ./bench/pipeline
 start_targets
+rl=$(freeport); start_relay "$rl" "$mc"
 
-targets=(direct twemproxy moxi moxi-1thread)
-declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1)
+targets=(direct twemproxy moxi moxi-1thread relay)
+declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1 [relay]=$rl)
 cases=(set get binary ms mg)
 declare -A title=([set]="text: $N set" [get]="text: $N get" [binary]="binary: $N setq + noop" [ms]="meta: $N ms" [mg]="meta: $N mg")
 # text cases are compared with twemproxy; binary and meta, which it does not speak, with memcached
@@ -52,11 +54,12 @@ done
 
 echo
 echo "median µs over $((ROUNDS * REPS)) pipelines per cell (lower is better); moxi(1proc): GOMAXPROCS=1"
-row() { printf '  %-24s %9s %9s %9s %11s %14s %11s\n' "$@"; }
-row case direct twemproxy moxi "moxi(1proc)" moxi/twemproxy moxi/direct
+row() { printf '  %-24s %9s %9s %9s %11s %9s %14s %11s %12s\n' "$@"; }
+row case direct twemproxy moxi "moxi(1proc)" relay moxi/twemproxy moxi/direct relay/direct
 goals=()
 for c in "${cases[@]}"; do
 	d=$(median "$c.direct" %.1f); m=$(median "$c.moxi" %.1f); m1=$(median "$c.moxi-1thread" %.1f); md=$(ratio "$m" "$d")
+	rd=$(median "$c.relay" %.1f)
 	if ! textcase "$c"; then
 		t=-; mt=-
 		goals+=("${title[$c]}: moxi/direct $md <= 2 $(verdict "$md" 2)")
@@ -64,7 +67,7 @@ for c in "${cases[@]}"; do
 		t=$(median "$c.twemproxy" %.1f); mt=$(ratio "$m" "$t")
 		goals+=("${title[$c]}: moxi/twemproxy $mt <= 1.2 $(verdict "$mt" 1.2)")
 	fi
-	row "${title[$c]}" "$d" "$t" "$m" "$m1" "$mt" "$md"
+	row "${title[$c]}" "$d" "$t" "$m" "$m1" "$rd" "$mt" "$md" "$(ratio "$rd" "$d")"
 done
 echo "targets:"
 printf '  %s\n' "${goals[@]}"

@@ -2,7 +2,8 @@
 # A Java service's load (bench/java/SpyLoad.java): one spymemcached client, one connection
 # that pipelines the operations of THREADS threads, each setting one of its own keys and
 # getting it back, against memcached direct, through twemproxy (nutcracker, text only) and
-# through moxi (and moxi with GOMAXPROCS=1), all in front of the same memcached; text
+# through moxi (and moxi with GOMAXPROCS=1), and through a byte relay (socat: bench/lib.sh
+# start_relay, the floor of a proxy hop), all in front of the same memcached; text
 # protocol (DefaultConnectionFactory) and binary (BinaryConnectionFactory), interleaved over
 # ROUNDS rounds. Prints the median ops/s and get p50 latency of each, the ratios
 # moxi/twemproxy and moxi/direct, and the errors and wrong answers (a get that did not return
@@ -26,8 +27,9 @@ build_moxi
 jar=$(dpkg -L libspymemcached-java | grep '/usr/share/java/spymemcached\.jar$')
 javac -d "$work/classes" -cp "$jar" bench/java/SpyLoad.java
 start_targets
+rl=$(freeport); start_relay "$rl" "$mc"
 
-declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1)
+declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1 [relay]=$rl)
 
 # run PROTOCOL TARGET: one SpyLoad run; its ops/s, get p50, errors and wrong answers are
 # appended to $work/{ops_per_s,get_p50_us,errors,wrong}.PROTOCOL.TARGET.
@@ -47,8 +49,8 @@ sum() { awk '{s += $1} END {print s + 0}' "$work/$1"; }
 # ops PROTOCOL.TARGET: the median ops/s.
 ops() { median "ops_per_s.$1" %.0f; }
 
-text=(direct twemproxy moxi moxi-1thread)
-binary=(direct moxi moxi-1thread)
+text=(direct twemproxy moxi moxi-1thread relay)
+binary=(direct moxi moxi-1thread relay)
 echo "spymemcached: 1 client, $THREADS threads of set-then-get, ${DURATION}s (after ${WARMUP}s warm-up), $VALUE-byte values," \
 	"$ROUNDS interleaved rounds; $(nproc) cores"
 for r in $(seq "$ROUNDS"); do
@@ -77,6 +79,9 @@ echo "  text:   moxi/twemproxy $(ratio "$(ops text.moxi)" "$(ops text.twemproxy)
 	" moxi(1proc)/twemproxy $(ratio "$(ops text.moxi-1thread)" "$(ops text.twemproxy)")"
 echo "  binary: moxi/direct $(ratio "$(ops binary.moxi)" "$(ops binary.direct)")" \
 	" moxi(1proc)/direct $(ratio "$(ops binary.moxi-1thread)" "$(ops binary.direct)")"
+echo "  relay (socat, no work at all): text relay/twemproxy $(ratio "$(ops text.relay)" "$(ops text.twemproxy)")" \
+	" text relay/direct $(ratio "$(ops text.relay)" "$(ops text.direct)")" \
+	" binary relay/direct $(ratio "$(ops binary.relay)" "$(ops binary.direct)")"
 if [ "$wrongs" -gt 0 ]; then
 	echo "FAIL: $wrongs wrong answers (a get that did not return the value its thread had just set)" >&2
 	exit 1

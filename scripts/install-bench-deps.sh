@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs what bench/spymemcached.sh needs beyond scripts/install-deps.sh, when missing: a
-# JDK (javac) and spymemcached, from Debian. spymemcached needs nothing else on the
-# classpath: its logging and metrics libraries are only Suggests, loaded when configured.
+# Installs what the bench scripts need beyond scripts/install-deps.sh, when missing, from
+# Debian: for bench/spymemcached.sh a JDK (javac) and spymemcached (which needs nothing else
+# on the classpath: its logging and metrics libraries are only Suggests, loaded when
+# configured); socat, the byte relay bench/pipeline.sh and bench/spymemcached.sh measure as
+# the floor of a proxy hop.
 set -euo pipefail
 missing=()
 command -v javac >/dev/null || missing+=(default-jdk-headless)
 dpkg -s libspymemcached-java >/dev/null 2>&1 || missing+=(libspymemcached-java)
+command -v socat >/dev/null || missing+=(socat)
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "installing ${missing[*]}"
 	sudo=""

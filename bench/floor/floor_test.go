@@ -1,0 +1,145 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+)
+
+// TestForwardsLikeMemcached sends the same pipelined text and binary streams (sets, hits,
+// misses, a multi-get, a value larger than one read, deletes) to memcached and through
+// floor, and wants the same answers byte for byte: the bench reference must forward what it
+// claims to, or its figures mean nothing.
+func TestForwardsLikeMemcached(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "floor")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	direct := memcachedtest.Start(t)
+	through := memcachedtest.Start(t) // a server of its own: both start empty
+	addr := memcachedtest.FreeAddr(t)
+	cmd := exec.Command(bin, "-listen", addr, "-backend", through.Addr, "-loops", "2")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if err := memcachedtest.WaitListening(addr, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	big := bytes.Repeat([]byte("v"), 200<<10) // more than floor reads at once
+	var text bytes.Buffer
+	for i := range 50 {
+		fmt.Fprintf(&text, "set k%d 0 0 %d\r\nval%d\r\nget k%d\r\nget miss%d\r\n", i, len(fmt.Sprint(i))+3, i, i, i)
+	}
+	fmt.Fprintf(&text, "set big 5 0 %d\r\n%s\r\nget k1 big k2 nope\r\ndelete k3\r\ndelete k3\r\nincr n 1\r\n", len(big), big)
+	var bin1 bytes.Buffer
+	for i := range 50 {
+		key := fmt.Appendf(nil, "b%d", i)
+		bin1.Write(packet(0x01, uint32(i), key, []byte{0, 0, 0, 7, 0, 0, 0, 0}, append([]byte("value-"), key...)))
+		bin1.Write(packet(0x00, uint32(1000+i), key, nil, nil))
+		bin1.Write(packet(0x00, uint32(2000+i), fmt.Appendf(nil, "none%d", i), nil, nil))
+	}
+	bin1.Write(packet(0x01, 9, []byte("bigb"), make([]byte, 8), big))
+	bin1.Write(packet(0x00, 10, []byte("bigb"), nil, nil))
+	bin1.Write(packet(0x04, 11, []byte("b1"), nil, nil))
+	bin1.Write(packet(0x0a, 12, nil, nil, nil))
+	binSize := 50*3 + 4
+
+	for _, c := range []struct {
+		name    string
+		stream  []byte
+		answers func(*testing.T, io.Reader) []byte
+	}{
+		{"text", text.Bytes(), func(t *testing.T, r io.Reader) []byte { return readText(t, r, 50*3+5) }},
+		{"binary", bin1.Bytes(), func(t *testing.T, r io.Reader) []byte { return readBinary(t, r, binSize) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want := exchange(t, direct.Addr, c.stream, c.answers)
+			got := exchange(t, addr, c.stream, c.answers)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("through floor: %d bytes of answers, %q…; from memcached: %d bytes, %q…",
+					len(got), head(got), len(want), head(want))
+			}
+		})
+	}
+}
+
+// exchange writes stream to addr in one go and reads the answers back.
+func exchange(t *testing.T, addr string, stream []byte, answers func(*testing.T, io.Reader) []byte) []byte {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	go func() { _, _ = c.Write(stream) }()
+	return answers(t, c)
+}
+
+// readText reads n text answers: single lines, or VALUE blocks up to END.
+func readText(t *testing.T, r io.Reader, n int) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	var buf []byte
+	tmp := make([]byte, 64<<10)
+	for n > 0 {
+		if k := textAnswer(buf); k > 0 {
+			out.Write(buf[:k])
+			buf = buf[k:]
+			n--
+			continue
+		}
+		m, err := r.Read(tmp)
+		if err != nil {
+			t.Fatalf("%d answers short: %v", n, err)
+		}
+		buf = append(buf, tmp[:m]...)
+	}
+	return out.Bytes()
+}
+
+// readBinary reads n binary packets.
+func readBinary(t *testing.T, r io.Reader, n int) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	hdr := make([]byte, binaryHeader)
+	for ; n > 0; n-- {
+		if _, err := io.ReadFull(r, hdr); err != nil {
+			t.Fatalf("%d answers short: %v", n, err)
+		}
+		body := make([]byte, binary.BigEndian.Uint32(hdr[8:12]))
+		if _, err := io.ReadFull(r, body); err != nil {
+			t.Fatal(err)
+		}
+		out.Write(hdr)
+		out.Write(body)
+	}
+	return out.Bytes()
+}
+
+// packet is a binary request.
+func packet(op uint8, opaque uint32, key, extras, value []byte) []byte {
+	p := make([]byte, binaryHeader, binaryHeader+len(extras)+len(key)+len(value))
+	p[0], p[1] = 0x80, op
+	binary.BigEndian.PutUint16(p[2:], uint16(len(key)))
+	p[4] = uint8(len(extras))
+	binary.BigEndian.PutUint32(p[8:], uint32(len(extras)+len(key)+len(value)))
+	binary.BigEndian.PutUint32(p[12:], opaque)
+	p = append(p, extras...)
+	p = append(p, key...)
+	return append(p, value...)
+}
+
+func head(b []byte) []byte { return b[:min(len(b), 80)] }

@@ -1,0 +1,367 @@
+//go:build linux
+
+// Command floor is the reference the proxy benchmarks compare moxi with: a memcached
+// forwarder with no features at all, built the cheapest way a proxy can be built on Linux,
+// so that its figures are the floor of what a proxy hop costs on the machine at hand.
+//
+// Each of -loops event loops (one OS thread each, epoll, non-blocking sockets, no goroutine
+// per connection) accepts clients on the same port (SO_REUSEPORT), appends every complete
+// request to one backend connection per protocol, and hands the answers back in order.
+// It only frames requests and answers: no key hashing, no parsing beyond the lengths, no
+// timeouts, failover, metrics or bounds on memory. Each request must get exactly one
+// answer: text storage commands, get/gets, delete, incr/decr, touch…, binary non-quiet
+// commands (what memcaslap and a plain client send); noreply and quiet commands are not
+// supported.
+//
+//	floor -listen 127.0.0.1:21600 -backend 127.0.0.1:11211 -loops 1
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+)
+
+const binaryHeader = 24
+
+// stream is one side of a hop: a non-blocking socket and the bytes waiting to be written to
+// it (out) or framed (in).
+type stream struct {
+	fd       int
+	in, out  []byte
+	writable bool // EPOLLOUT is armed: out did not fit in the socket
+	dead     bool
+}
+
+type client struct {
+	stream
+	binary, sniffed bool
+}
+
+// backend is a loop's connection to memcached for one protocol: answers come back in the
+// order the requests were appended, so waiting names whose they are.
+type backend struct {
+	stream
+	binary  bool
+	waiting []*client
+}
+
+type loop struct {
+	ep, ln  int
+	addr    string
+	be      [2]*backend // text, binary; dialed on first use
+	clients map[int]*client
+	dirty   []*stream // streams with output to flush once the events are handled
+}
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:21600", "`host:port` to accept clients on")
+	addr := flag.String("backend", "127.0.0.1:11211", "memcached `host:port`")
+	loops := flag.Int("loops", runtime.GOMAXPROCS(0), "event loops, one OS thread each")
+	flag.Parse()
+	ap, err := netip.ParseAddrPort(*listen)
+	check(err)
+	for range *loops {
+		ep, err := syscall.EpollCreate1(0)
+		check(err)
+		l := &loop{ep: ep, ln: listenFD(ap), addr: *addr, clients: map[int]*client{}}
+		l.ctl(syscall.EPOLL_CTL_ADD, l.ln, syscall.EPOLLIN)
+		go l.run()
+	}
+	fmt.Fprintln(os.Stderr, "floor: listening on", *listen)
+	select {}
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "floor:", err)
+		os.Exit(1)
+	}
+}
+
+func listenFD(ap netip.AddrPort) int {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK, 0)
+	check(err)
+	check(syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1))
+	check(syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, 0xf /* SO_REUSEPORT */, 1))
+	check(syscall.Bind(fd, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}))
+	check(syscall.Listen(fd, 1024))
+	return fd
+}
+
+// dial connects to memcached with the standard library and keeps the socket's own
+// descriptor, non-blocking, for the loop.
+func dial(addr string) int {
+	c, err := net.Dial("tcp", addr)
+	check(err)
+	f, err := c.(*net.TCPConn).File()
+	check(err)
+	fd, err := syscall.Dup(int(f.Fd()))
+	check(err)
+	c.Close()
+	f.Close()
+	check(syscall.SetNonblock(fd, true))
+	return fd
+}
+
+func (l *loop) ctl(op, fd int, events uint32) {
+	check(syscall.EpollCtl(l.ep, op, fd, &syscall.EpollEvent{Events: events, Fd: int32(fd)}))
+}
+
+func (l *loop) run() {
+	runtime.LockOSThread()
+	events := make([]syscall.EpollEvent, 256)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := syscall.EpollWait(l.ep, events, -1)
+		if err == syscall.EINTR {
+			continue
+		}
+		check(err)
+		for _, ev := range events[:n] {
+			fd := int(ev.Fd)
+			if fd == l.ln {
+				l.accept()
+				continue
+			}
+			if b := l.backendOf(fd); b != nil {
+				if ev.Events&syscall.EPOLLOUT != 0 {
+					l.flush(&b.stream)
+				}
+				if ev.Events&syscall.EPOLLIN != 0 && readAll(&b.stream, buf) {
+					l.answers(b)
+				}
+				continue
+			}
+			c := l.clients[fd]
+			if c == nil {
+				continue
+			}
+			if ev.Events&syscall.EPOLLOUT != 0 {
+				l.flush(&c.stream)
+			}
+			if ev.Events&(syscall.EPOLLIN|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+				if !readAll(&c.stream, buf) {
+					l.close(c)
+					continue
+				}
+				l.requests(c)
+			}
+		}
+		for _, s := range l.dirty {
+			l.flush(s)
+		}
+		l.dirty = l.dirty[:0]
+	}
+}
+
+func (l *loop) accept() {
+	for {
+		fd, _, err := syscall.Accept4(l.ln, syscall.SOCK_NONBLOCK)
+		if err != nil {
+			return
+		}
+		_ = syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
+		l.clients[fd] = &client{stream: stream{fd: fd}}
+		l.ctl(syscall.EPOLL_CTL_ADD, fd, syscall.EPOLLIN)
+	}
+}
+
+func (l *loop) backendOf(fd int) *backend {
+	for _, b := range l.be {
+		if b != nil && b.fd == fd {
+			return b
+		}
+	}
+	return nil
+}
+
+// readAll appends what s's socket holds to s.in; false when the peer is gone.
+func readAll(s *stream, buf []byte) bool {
+	for {
+		n, err := syscall.Read(s.fd, buf)
+		if n > 0 {
+			s.in = append(s.in, buf[:n]...)
+		}
+		switch {
+		case err == syscall.EAGAIN:
+			return true
+		case err != nil || n == 0:
+			return false
+		case n < len(buf):
+			return true
+		}
+	}
+}
+
+func (l *loop) close(c *client) {
+	c.dead = true
+	delete(l.clients, c.fd)
+	_ = syscall.Close(c.fd)
+}
+
+// requests moves c's complete requests to its protocol's backend connection.
+func (l *loop) requests(c *client) {
+	if !c.sniffed && len(c.in) > 0 {
+		c.binary, c.sniffed = c.in[0] == 0x80, true
+	}
+	frame := textRequest
+	if c.binary {
+		frame = binaryFrame
+	}
+	b := l.backend(c.binary)
+	for {
+		n := frame(c.in)
+		if n <= 0 {
+			break
+		}
+		if len(b.out) == 0 {
+			l.dirty = append(l.dirty, &b.stream)
+		}
+		b.out = append(b.out, c.in[:n]...)
+		b.waiting = append(b.waiting, c)
+		c.in = c.in[n:]
+	}
+	if len(c.in) == 0 {
+		c.in = c.in[:0:cap(c.in)]
+	}
+}
+
+func (l *loop) backend(bin bool) *backend {
+	i := 0
+	if bin {
+		i = 1
+	}
+	if l.be[i] == nil {
+		l.be[i] = &backend{stream: stream{fd: dial(l.addr)}, binary: bin}
+		l.ctl(syscall.EPOLL_CTL_ADD, l.be[i].fd, syscall.EPOLLIN)
+	}
+	return l.be[i]
+}
+
+// answers gives b's complete answers to the clients waiting for them, in order.
+func (l *loop) answers(b *backend) {
+	frame := textAnswer
+	if b.binary {
+		frame = binaryFrame
+	}
+	for len(b.waiting) > 0 {
+		n := frame(b.in)
+		if n <= 0 {
+			break
+		}
+		c := b.waiting[0]
+		b.waiting = b.waiting[1:]
+		if !c.dead {
+			if len(c.out) == 0 {
+				l.dirty = append(l.dirty, &c.stream)
+			}
+			c.out = append(c.out, b.in[:n]...)
+		}
+		b.in = b.in[n:]
+	}
+	if len(b.in) == 0 {
+		b.in = b.in[:0:cap(b.in)]
+	}
+}
+
+// flush writes s.out as far as the socket takes it, and waits for EPOLLOUT for the rest.
+func (l *loop) flush(s *stream) {
+	if s.dead {
+		return
+	}
+	for len(s.out) > 0 {
+		n, err := syscall.Write(s.fd, s.out)
+		if n > 0 {
+			s.out = s.out[n:]
+		}
+		if err != nil {
+			break
+		}
+	}
+	if want := len(s.out) > 0; want != s.writable {
+		s.writable = want
+		events := uint32(syscall.EPOLLIN)
+		if want {
+			events |= syscall.EPOLLOUT
+		}
+		l.ctl(syscall.EPOLL_CTL_MOD, s.fd, events)
+	}
+	if len(s.out) == 0 {
+		s.out = s.out[:0:cap(s.out)]
+	}
+}
+
+// binaryFrame is the length of the binary packet at the start of b, or 0 while incomplete.
+func binaryFrame(b []byte) int {
+	if len(b) < binaryHeader {
+		return 0
+	}
+	n := binaryHeader + int(binary.BigEndian.Uint32(b[8:12]))
+	if len(b) < n {
+		return 0
+	}
+	return n
+}
+
+// textRequest is the length of the text request at the start of b (its data block
+// included for a storage command), or 0 while incomplete.
+func textRequest(b []byte) int {
+	i := bytes.Index(b, []byte("\r\n"))
+	if i < 0 {
+		return 0
+	}
+	n := i + 2
+	f := bytes.Fields(b[:i])
+	if len(f) >= 5 && storage(string(f[0])) {
+		size, err := strconv.Atoi(string(f[4]))
+		if err != nil {
+			size = 0
+		}
+		n += size + 2
+		if len(b) < n {
+			return 0
+		}
+	}
+	return n
+}
+
+func storage(cmd string) bool {
+	switch cmd {
+	case "set", "add", "replace", "append", "prepend", "cas":
+		return true
+	}
+	return false
+}
+
+// textAnswer is the length of the text answer at the start of b: VALUE blocks up to the
+// line that is not one (END, or a single-line answer), or 0 while incomplete.
+func textAnswer(b []byte) int {
+	at := 0
+	for {
+		i := bytes.Index(b[at:], []byte("\r\n"))
+		if i < 0 {
+			return 0
+		}
+		line := b[at : at+i]
+		if !bytes.HasPrefix(line, []byte("VALUE ")) {
+			return at + i + 2
+		}
+		f := bytes.Fields(line)
+		if len(f) < 4 {
+			return at + i + 2
+		}
+		size, _ := strconv.Atoi(string(f[3]))
+		at += i + 2 + size + 2
+		if at > len(b) {
+			return 0
+		}
+	}
+}

@@ -51,9 +51,12 @@ func (s *Server) start(t testing.TB) {
 	}
 }
 
-// Restart starts the server again on the same port after Stop or Kill.
+// Restart starts the server again on the same port after Stop or Kill. A server still
+// running is stopped first: a second process could not bind the port, and the first, no
+// longer s.cmd, would outlive the test.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
+	s.Stop()
 	s.cmd = exec.Command(s.cmd.Path, s.args...)
 	s.start(t)
 }

@@ -19,6 +19,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -135,7 +136,10 @@ func (l *loop) run() {
 				if ev.Events&syscall.EPOLLOUT != 0 {
 					l.flush(&b.stream)
 				}
-				if ev.Events&syscall.EPOLLIN != 0 && readAll(&b.stream, buf) {
+				if ev.Events&(syscall.EPOLLIN|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+					if !readAll(&b.stream, buf) {
+						check(errors.New("memcached closed the connection"))
+					}
 					l.answers(b)
 				}
 				continue

@@ -60,7 +60,16 @@ type Limits struct {
 	MaxKeyBytes     int  // 1 to 250, memcached's own maximum
 	MaxValueBytes   int  // largest data block accepted
 	MaxMultigetKeys int  // keys in one get/gets line
-	AllowFlushAll   bool // false: flush_all and binary flush are refused, as memcached -F refuses them
+	AllowFlushAll   bool // false: flush_all, binary flush and cache_memlimit are refused, as memcached -F refuses flush_all
+
+	// The byte account of client connections (see the README's "Resource bounds"): requests
+	// received but not finished and answers not yet written, per connection and in total.
+	MaxBufferedBytes   int
+	MaxConnectionBytes int
+	// MaxBackgroundBytes bounds backup copies, shadow requests and replica writes queued at once.
+	MaxBackgroundBytes int
+	RequestTimeout     time.Duration // a request whose first byte arrived must be complete within this
+	WriteTimeout       time.Duration // a client must take 64 KiB of its pending answers, or all of them, within this
 }
 
 // Pool is one named set of servers sharing a key distribution.
@@ -147,14 +156,16 @@ type Route struct {
 type HotCache struct {
 	Prefixes []string
 	MaxItems int
+	MaxBytes int           // keys + values held; past it the least recently used go
 	TTL      time.Duration // an entry is never served older than this
 }
 
 // FireAndForget lists the prefixes whose sets are acknowledged at once and written in the
 // background. No prefixes: off.
 type FireAndForget struct {
-	Prefixes   []string
-	MaxPending int // writes queued beyond this wait instead of growing memory
+	Prefixes        []string
+	MaxPending      int // writes queued beyond this wait instead of growing memory
+	MaxPendingBytes int // the same bound in bytes of keys + values queued
 }
 
 // The contract's defaults: moxi's one table of them. Parse starts from them, and other
@@ -164,7 +175,12 @@ const (
 	defaultAdmin           = "127.0.0.1:9151"
 	defaultShutdownTimeout = 10 * time.Second
 
-	defaultMaxConnections = 10000
+	defaultMaxConnections     = 10000
+	defaultMaxBufferedBytes   = 64 << 20
+	defaultMaxConnectionBytes = 4 << 20
+	defaultMaxBackgroundBytes = 64 << 20
+	defaultRequestTimeout     = 30 * time.Second
+	defaultWriteTimeout       = 30 * time.Second
 
 	defaultDistribution     = pool.DefaultDistribution
 	defaultHash             = pool.DefaultHash
@@ -179,8 +195,10 @@ const (
 	defaultEmbeddedMemoryMB = 64
 
 	defaultHotCacheMaxItems = 100000
+	defaultHotCacheMaxBytes = 64 << 20
 	defaultHotCacheTTL      = 2 * time.Second
 	defaultMaxPending       = 10000
+	defaultMaxPendingBytes  = 64 << 20
 )
 
 // newConfig returns the top-level defaults, with no pools.
@@ -196,11 +214,17 @@ func newConfig() *Config {
 			MaxValueBytes:   lim.MaxValueBytes,
 			MaxMultigetKeys: lim.MaxMultigetKeys,
 			AllowFlushAll:   true,
+
+			MaxBufferedBytes:   defaultMaxBufferedBytes,
+			MaxConnectionBytes: defaultMaxConnectionBytes,
+			MaxBackgroundBytes: defaultMaxBackgroundBytes,
+			RequestTimeout:     defaultRequestTimeout,
+			WriteTimeout:       defaultWriteTimeout,
 		},
 		WatchConfig:   true,
 		Dedup:         true,
-		HotCache:      HotCache{MaxItems: defaultHotCacheMaxItems, TTL: defaultHotCacheTTL},
-		FireAndForget: FireAndForget{MaxPending: defaultMaxPending},
+		HotCache:      HotCache{MaxItems: defaultHotCacheMaxItems, MaxBytes: defaultHotCacheMaxBytes, TTL: defaultHotCacheTTL},
+		FireAndForget: FireAndForget{MaxPending: defaultMaxPending, MaxPendingBytes: defaultMaxPendingBytes},
 	}
 }
 

@@ -17,9 +17,9 @@ func contractConfig() *Config {
 		Distribution: "ketama",
 		Hash:         "md5",
 		Servers: []Server{
-			{Addr: "127.0.0.1:11212", Weight: 1, Line: 23},
-			{Addr: "127.0.0.1:11213", Weight: 2, Line: 24},
-			{Name: "mc3", Addr: "127.0.0.1:11214", Weight: 1, MigrateFrom: "127.0.0.1:11219", MigrateAt: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), Line: 25},
+			{Addr: "127.0.0.1:11212", Weight: 1, Line: 28},
+			{Addr: "127.0.0.1:11213", Weight: 2, Line: 29},
+			{Name: "mc3", Addr: "127.0.0.1:11214", Weight: 1, MigrateFrom: "127.0.0.1:11219", MigrateAt: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), Line: 30},
 		},
 		Connections:      4,
 		ConnectTimeout:   time.Second,
@@ -34,23 +34,25 @@ func contractConfig() *Config {
 		Embedded:         0,
 		EmbeddedMemoryMB: 64,
 		MigrateRate:      0,
-		TLS:              &PoolTLS{CA: "/etc/moxi/ca.crt", Line: 43},
+		TLS:              &PoolTLS{CA: "/etc/moxi/ca.crt", Line: 48},
 	}
 	spare := NewPool("spare")
-	spare.Servers = []Server{{Addr: "127.0.0.1:11300", Weight: 1, Line: 52}}
+	spare.Servers = []Server{{Addr: "127.0.0.1:11300", Weight: 1, Line: 57}}
 	return &Config{
 		Listen:          "127.0.0.1:11211",
 		TLS:             &TLS{Cert: "/etc/moxi/tls.crt", Key: "/etc/moxi/tls.key", Line: 4},
 		Admin:           "127.0.0.1:9151",
 		ShutdownTimeout: 10 * time.Second,
-		Limits:          Limits{MaxConnections: 10000, MaxKeyBytes: 250, MaxValueBytes: 1048576, MaxMultigetKeys: 10000, AllowFlushAll: true},
-		WatchConfig:     true,
-		Pools:           []*Pool{main, spare},
-		DefaultPool:     "main",
-		Routes:          []Route{{Prefix: "sess:", Pool: "spare"}},
-		Dedup:           true,
-		HotCache:        HotCache{Prefixes: []string{"cfg:", "hot:"}, MaxItems: 100000, TTL: 2 * time.Second},
-		FireAndForget:   FireAndForget{Prefixes: []string{"log:", "sess:"}, MaxPending: 10000},
+		Limits: Limits{MaxConnections: 10000, MaxKeyBytes: 250, MaxValueBytes: 1048576, MaxMultigetKeys: 10000, AllowFlushAll: true,
+			MaxBufferedBytes: 67108864, MaxConnectionBytes: 4194304, MaxBackgroundBytes: 67108864,
+			RequestTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second},
+		WatchConfig:   true,
+		Pools:         []*Pool{main, spare},
+		DefaultPool:   "main",
+		Routes:        []Route{{Prefix: "sess:", Pool: "spare"}},
+		Dedup:         true,
+		HotCache:      HotCache{Prefixes: []string{"cfg:", "hot:"}, MaxItems: 100000, MaxBytes: 67108864, TTL: 2 * time.Second},
+		FireAndForget: FireAndForget{Prefixes: []string{"log:", "sess:"}, MaxPending: 10000, MaxPendingBytes: 67108864},
 	}
 }
 
@@ -249,7 +251,17 @@ func TestValidForms(t *testing.T) {
 					p.DeadBackoffMax == time.Hour && c.ShutdownTimeout == 0
 			}},
 		{"limits", pool + "    embedded: 1\nlimits: {max_key_bytes: 1, max_value_bytes: 1073741824, max_connections: 1, max_multiget_keys: 1, allow_flush_all: false}\n",
-			func(c *Config) bool { return c.Limits == Limits{1, 1, 1 << 30, 1, false} }},
+			func(c *Config) bool {
+				l := c.Limits
+				return l.MaxKeyBytes == 1 && l.MaxValueBytes == 1<<30 && l.MaxConnections == 1 && l.MaxMultigetKeys == 1 && !l.AllowFlushAll
+			}},
+		{"byte bounds and progress timeouts", pool + "    embedded: 1\nlimits: {max_buffered_bytes: 1000, max_connection_bytes: 100, max_background_bytes: 10, request_timeout: 1s, write_timeout: 2s}\nhot_cache: {max_bytes: 5}\nfire_and_forget: {max_pending_bytes: 7}\n",
+			func(c *Config) bool {
+				l := c.Limits
+				return l.MaxBufferedBytes == 1000 && l.MaxConnectionBytes == 100 && l.MaxBackgroundBytes == 10 &&
+					l.RequestTimeout == time.Second && l.WriteTimeout == 2*time.Second &&
+					c.HotCache.MaxBytes == 5 && c.FireAndForget.MaxPendingBytes == 7
+			}},
 		{"routes and default_pool", "pools:\n  a: {embedded: 1}\n  b: {embedded: 1}\ndefault_pool: b\nroutes:\n  - {prefix: \"x:\", pool: a}\n  - {prefix: \"y:\", pool: a}\n",
 			func(c *Config) bool {
 				return c.DefaultPool == "b" && reflect.DeepEqual(c.Routes, []Route{{"x:", "a"}, {"y:", "a"}})

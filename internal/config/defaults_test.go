@@ -14,6 +14,11 @@ limits:
   max_value_bytes: 1048576
   max_multiget_keys: 10000
   allow_flush_all: true
+  max_buffered_bytes: 67108864
+  max_connection_bytes: 4194304
+  max_background_bytes: 67108864
+  request_timeout: 30s
+  write_timeout: 30s
 watch_config: true
 pools:
   main:
@@ -36,10 +41,12 @@ dedup: true
 hot_cache:
   prefixes: []
   max_items: 100000
+  max_bytes: 67108864
   ttl: 2s
 fire_and_forget:
   prefixes: []
   max_pending: 10000
+  max_pending_bytes: 67108864
 `
 	b, err := Default().YAML()
 	if err != nil {

@@ -57,6 +57,11 @@ func DiffSince(started, prev, next *Config) []string {
 	restart("limits.max_value_bytes", started.Limits.MaxValueBytes, next.Limits.MaxValueBytes)
 	restart("limits.max_multiget_keys", started.Limits.MaxMultigetKeys, next.Limits.MaxMultigetKeys)
 	live("limits.allow_flush_all", prev.Limits.AllowFlushAll, next.Limits.AllowFlushAll)
+	restart("limits.max_buffered_bytes", started.Limits.MaxBufferedBytes, next.Limits.MaxBufferedBytes)
+	restart("limits.max_connection_bytes", started.Limits.MaxConnectionBytes, next.Limits.MaxConnectionBytes)
+	restart("limits.max_background_bytes", started.Limits.MaxBackgroundBytes, next.Limits.MaxBackgroundBytes)
+	restart("limits.request_timeout", started.Limits.RequestTimeout, next.Limits.RequestTimeout)
+	restart("limits.write_timeout", started.Limits.WriteTimeout, next.Limits.WriteTimeout)
 	live("watch_config", prev.WatchConfig, next.WatchConfig)
 	live("apply_at", timeOrEmpty(prev.ApplyAt), timeOrEmpty(next.ApplyAt))
 	d.pools(prev, next)
@@ -65,9 +70,11 @@ func DiffSince(started, prev, next *Config) []string {
 	live("dedup", prev.Dedup, next.Dedup)
 	live("hot_cache.prefixes", quoteList(prev.HotCache.Prefixes), quoteList(next.HotCache.Prefixes))
 	live("hot_cache.max_items", prev.HotCache.MaxItems, next.HotCache.MaxItems)
+	live("hot_cache.max_bytes", prev.HotCache.MaxBytes, next.HotCache.MaxBytes)
 	live("hot_cache.ttl", prev.HotCache.TTL, next.HotCache.TTL)
 	live("fire_and_forget.prefixes", quoteList(prev.FireAndForget.Prefixes), quoteList(next.FireAndForget.Prefixes))
 	restart("fire_and_forget.max_pending", started.FireAndForget.MaxPending, next.FireAndForget.MaxPending)
+	restart("fire_and_forget.max_pending_bytes", started.FireAndForget.MaxPendingBytes, next.FireAndForget.MaxPendingBytes)
 	return d.lines
 }
 

@@ -104,8 +104,9 @@ func TestDiff(t *testing.T) {
 		}, []string{"admin_token_file: token changed"}},
 		{"restart-only settings", func(c *Config) {
 			c.Listen, c.Admin = "127.0.0.1:11311", ""
-			c.Limits = Limits{MaxConnections: 1, MaxKeyBytes: 2, MaxValueBytes: 3, MaxMultigetKeys: 4, AllowFlushAll: true}
-			c.FireAndForget.MaxPending = 5
+			c.Limits = Limits{MaxConnections: 1, MaxKeyBytes: 2, MaxValueBytes: 3, MaxMultigetKeys: 4, AllowFlushAll: true,
+				MaxBufferedBytes: 6, MaxConnectionBytes: 7, MaxBackgroundBytes: 8, RequestTimeout: time.Second, WriteTimeout: 2 * time.Second}
+			c.FireAndForget.MaxPending, c.FireAndForget.MaxPendingBytes = 5, 9
 		}, []string{
 			"listen 127.0.0.1:11211 → 127.0.0.1:11311 (takes effect at the next restart)",
 			`admin 127.0.0.1:9151 → "" (takes effect at the next restart)`,
@@ -113,7 +114,13 @@ func TestDiff(t *testing.T) {
 			"limits.max_key_bytes 250 → 2 (takes effect at the next restart)",
 			"limits.max_value_bytes 1048576 → 3 (takes effect at the next restart)",
 			"limits.max_multiget_keys 10000 → 4 (takes effect at the next restart)",
+			"limits.max_buffered_bytes 67108864 → 6 (takes effect at the next restart)",
+			"limits.max_connection_bytes 4194304 → 7 (takes effect at the next restart)",
+			"limits.max_background_bytes 67108864 → 8 (takes effect at the next restart)",
+			"limits.request_timeout 30s → 1s (takes effect at the next restart)",
+			"limits.write_timeout 30s → 2s (takes effect at the next restart)",
 			"fire_and_forget.max_pending 10000 → 5 (takes effect at the next restart)",
+			"fire_and_forget.max_pending_bytes 67108864 → 9 (takes effect at the next restart)",
 		}},
 	}
 	for _, tt := range tests {

@@ -34,6 +34,11 @@ func (c *Config) YAML() ([]byte, error) {
 	put(limits, "max_value_bytes", intNode(c.Limits.MaxValueBytes))
 	put(limits, "max_multiget_keys", intNode(c.Limits.MaxMultigetKeys))
 	put(limits, "allow_flush_all", boolNode(c.Limits.AllowFlushAll))
+	put(limits, "max_buffered_bytes", intNode(c.Limits.MaxBufferedBytes))
+	put(limits, "max_connection_bytes", intNode(c.Limits.MaxConnectionBytes))
+	put(limits, "max_background_bytes", intNode(c.Limits.MaxBackgroundBytes))
+	put(limits, "request_timeout", durNode(c.Limits.RequestTimeout))
+	put(limits, "write_timeout", durNode(c.Limits.WriteTimeout))
 	put(root, "limits", limits)
 	put(root, "watch_config", boolNode(c.WatchConfig))
 	if !c.ApplyAt.IsZero() {
@@ -61,11 +66,13 @@ func (c *Config) YAML() ([]byte, error) {
 	hot := mapNode()
 	put(hot, "prefixes", listNode(c.HotCache.Prefixes))
 	put(hot, "max_items", intNode(c.HotCache.MaxItems))
+	put(hot, "max_bytes", intNode(c.HotCache.MaxBytes))
 	put(hot, "ttl", durNode(c.HotCache.TTL))
 	put(root, "hot_cache", hot)
 	faf := mapNode()
 	put(faf, "prefixes", listNode(c.FireAndForget.Prefixes))
 	put(faf, "max_pending", intNode(c.FireAndForget.MaxPending))
+	put(faf, "max_pending_bytes", intNode(c.FireAndForget.MaxPendingBytes))
 	put(root, "fire_and_forget", faf)
 
 	var b bytes.Buffer

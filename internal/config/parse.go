@@ -135,6 +135,12 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 				"max_value_bytes":   d.integer(&c.Limits.MaxValueBytes, 1, maxValueBytes),
 				"max_multiget_keys": d.integer(&c.Limits.MaxMultigetKeys, 1, math.MaxInt),
 				"allow_flush_all":   d.boolean(&c.Limits.AllowFlushAll),
+
+				"max_buffered_bytes":   d.integer(&c.Limits.MaxBufferedBytes, 1, math.MaxInt),
+				"max_connection_bytes": d.integer(&c.Limits.MaxConnectionBytes, 1, math.MaxInt),
+				"max_background_bytes": d.integer(&c.Limits.MaxBackgroundBytes, 1, math.MaxInt),
+				"request_timeout":      d.duration(&c.Limits.RequestTimeout, true),
+				"write_timeout":        d.duration(&c.Limits.WriteTimeout, true),
 			})
 		},
 		"watch_config": d.boolean(&c.WatchConfig),
@@ -147,13 +153,15 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 			d.mapping(v, path, map[string]field{
 				"prefixes":  d.strings(&c.HotCache.Prefixes),
 				"max_items": d.integer(&c.HotCache.MaxItems, 1, math.MaxInt),
+				"max_bytes": d.integer(&c.HotCache.MaxBytes, 1, math.MaxInt),
 				"ttl":       d.duration(&c.HotCache.TTL, true),
 			})
 		},
 		"fire_and_forget": func(v *yaml.Node, path string) {
 			d.mapping(v, path, map[string]field{
-				"prefixes":    d.strings(&c.FireAndForget.Prefixes),
-				"max_pending": d.integer(&c.FireAndForget.MaxPending, 1, math.MaxInt),
+				"prefixes":          d.strings(&c.FireAndForget.Prefixes),
+				"max_pending":       d.integer(&c.FireAndForget.MaxPending, 1, math.MaxInt),
+				"max_pending_bytes": d.integer(&c.FireAndForget.MaxPendingBytes, 1, math.MaxInt),
 			})
 		},
 	})

@@ -20,7 +20,7 @@ type Bounds struct {
 	WriteTimeout      time.Duration // to write an answer: above pprof's default 30 s profile
 	IdleTimeout       time.Duration // a kept-alive connection waiting for its next request
 	MaxHeaderBytes    int
-	MaxConns          int // connections open at once; further ones are closed as accepted
+	MaxConns          int // connections open at once; see Listen for who makes room for whom
 }
 
 // DefaultBounds are the admin server's bounds: generous for Prometheus and probes, which
@@ -34,8 +34,8 @@ var DefaultBounds = Bounds{
 	MaxConns:          64,
 }
 
-// NewServer returns the admin HTTP server for h within b. Serve it on Listen(ln, b), so
-// that MaxConns holds.
+// NewServer returns the admin HTTP server for h within b. Serve it on Listen(ln, b): its
+// ConnState hook tells that listener which connections it may close to make room.
 func NewServer(h http.Handler, b Bounds, errorLog *log.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -45,25 +45,49 @@ func NewServer(h http.Handler, b Bounds, errorLog *log.Logger) *http.Server {
 		IdleTimeout:       b.IdleTimeout,
 		MaxHeaderBytes:    b.MaxHeaderBytes,
 		ErrorLog:          errorLog,
+		ConnState:         trackState,
 	}
 }
 
-// Listen returns ln with at most b.MaxConns connections open at once. A connection past
-// that is closed as soon as it is accepted rather than left waiting in the kernel's
-// queue: a flood is shed at once, and a scraper that meets it fails fast and tries again
-// at its next scrape instead of waiting behind it.
+// Listen returns ln with at most b.MaxConns connections open at once. At the cap a new
+// connection takes the place of one that holds a slot without using it, so that probes and
+// scrapes (/healthz, /readyz, /metrics) are answered however many connections others hold:
+//
+//   - first the connection idle the longest between keep-alive requests: its client loses
+//     only a reconnect (net/http's Transport retries a request that meets a kept-alive
+//     connection closed, as it does after IdleTimeout);
+//   - else the oldest connection still sending its first request's headers: one that sent
+//     half a header and stalls keeps its slot only until MaxConns newer connections came,
+//     while a probe, which sends its request at once, needs its slot for one round trip.
+//     (No grace period: a flood younger than any grace would lock probes out again.)
+//
+// A connection with a request in progress (StateActive, or hijacked) is never closed: when
+// every slot holds one, the new connection is closed as accepted, so memory stays bounded.
+// The states come from the ConnState hook of a server made by NewServer.
 func Listen(ln net.Listener, b Bounds) net.Listener {
 	if b.MaxConns <= 0 {
 		return ln
 	}
-	return &limitListener{Listener: ln, slots: make(chan struct{}, b.MaxConns)}
+	return &limitListener{Listener: ln, max: b.MaxConns, conns: make(map[*trackedConn]struct{}, b.MaxConns)}
 }
 
-// limitListener is net/http's netutil.LimitListener, except that it sheds connections
-// over the limit instead of blocking Accept.
+// limitListener is Listen's listener: it tracks the connections it handed out and, at the
+// cap, closes one of them (victimLocked) or the new one.
 type limitListener struct {
 	net.Listener
-	slots chan struct{} // one token per open connection
+	max int // read-only
+
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{} // guarded by mu; the open connections, one slot each
+	tick  uint64                    // guarded by mu; counts state changes, to order them
+}
+
+// trackedConn is a connection of a limitListener, with the state its server last reported.
+type trackedConn struct {
+	net.Conn
+	l     *limitListener
+	state http.ConnState // guarded by l.mu
+	since uint64         // guarded by l.mu; l.tick when state began
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -72,25 +96,69 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.slots <- struct{}{}:
-			return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
-		default:
-			c.Close()
+		tc := &trackedConn{Conn: c, l: l}
+		l.mu.Lock()
+		var victim *trackedConn
+		if len(l.conns) >= l.max {
+			if victim = l.victimLocked(); victim != nil {
+				delete(l.conns, victim)
+			}
 		}
+		admitted := len(l.conns) < l.max
+		if admitted {
+			l.conns[tc] = struct{}{}
+			l.setLocked(tc, http.StateNew)
+		}
+		l.mu.Unlock()
+		if victim != nil {
+			// Its server's read fails and ends its goroutine, which closes it again (a no-op).
+			victim.Close()
+		}
+		if admitted {
+			return tc, nil
+		}
+		c.Close()
 	}
 }
 
-// limitConn gives its slot back once, at its first Close.
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
+// victimLocked is the connection a new one replaces at the cap (see Listen), or nil when
+// every connection has a request in progress.
+func (l *limitListener) victimLocked() *trackedConn {
+	var idle, fresh *trackedConn
+	for c := range l.conns {
+		switch {
+		case c.state == http.StateIdle && (idle == nil || c.since < idle.since):
+			idle = c
+		case c.state == http.StateNew && (fresh == nil || c.since < fresh.since):
+			fresh = c
+		}
+	}
+	if idle != nil {
+		return idle
+	}
+	return fresh
 }
 
-func (c *limitConn) Close() error {
+func (l *limitListener) setLocked(c *trackedConn, s http.ConnState) {
+	l.tick++
+	c.state, c.since = s, l.tick
+}
+
+// trackState is NewServer's ConnState hook: it records each state for Listen's choice.
+func trackState(c net.Conn, s http.ConnState) {
+	if tc, ok := c.(*trackedConn); ok {
+		tc.l.mu.Lock()
+		tc.l.setLocked(tc, s)
+		tc.l.mu.Unlock()
+	}
+}
+
+// Close closes the connection and gives its slot back; closing it again changes nothing.
+func (c *trackedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.l.mu.Lock()
+	delete(c.l.conns, c)
+	c.l.mu.Unlock()
 	return err
 }
 

@@ -14,8 +14,9 @@ type Setting struct{ Name, Value string }
 // Settings lists the effective config for "stats settings": first the few settings memcached
 // also has, under memcached's names (so tools that read them find them; evictions and cas
 // are what the servers behind a proxy do, flush_enabled is limits.allow_flush_all), then every key of
-// YAML's rendering, named by its path ("pools.main.timeout", "routes.0.prefix"), lists
-// joined by commas and empty strings shown as NULL, as memcached shows an unset setting.
+// YAML's rendering but the hidden ones (hiddenSettings), named by its path
+// ("pools.main.timeout", "routes.0.prefix"), lists joined by commas and empty strings shown
+// as NULL, as memcached shows an unset setting.
 func (c *Config) Settings() ([]Setting, error) {
 	socket, port := "NULL", "0"
 	if UnixSocket(c.Listen) {
@@ -73,15 +74,51 @@ func flattenSettings(out []Setting, path string, n *yaml.Node) []Setting {
 			scalars = append(scalars, e.Value)
 		}
 		if scalars != nil || len(n.Content) == 0 {
-			return append(out, Setting{path, settingValue(strings.Join(scalars, ","))})
+			return appendSetting(out, path, strings.Join(scalars, ","))
 		}
 		for i, e := range n.Content {
 			out = flattenSettings(out, name(strconv.Itoa(i)), e)
 		}
 	default:
-		out = append(out, Setting{path, settingValue(n.Value)})
+		out = appendSetting(out, path, n.Value)
 	}
 	return out
+}
+
+// appendSetting appends the setting at path unless it is hidden (hiddenSettings).
+func appendSetting(out []Setting, path, value string) []Setting {
+	if hiddenSetting(path) {
+		return out
+	}
+	return append(out, Setting{path, settingValue(value)})
+}
+
+// hiddenSettings are the keys "stats settings" never shows: the data port reveals neither the
+// admin address nor where a secret lies on disk. An entry matches the end of a key's path,
+// whole elements ("tls.key" hides tls.key, pools.main.tls.key, listeners.0.tls.key); one
+// beginning with "*" matches the end of the key's last element. A new key naming a file is
+// one more line, unless it ends in "_file".
+var hiddenSettings = []string{
+	"admin",
+	"*_file", // admin_token_file, auth.users_file, pools.*.sasl.password_file
+	"tls.cert",
+	"tls.key",
+	"tls.client_ca",
+	"tls.ca",
+}
+
+func hiddenSetting(path string) bool {
+	last := path[strings.LastIndexByte(path, '.')+1:]
+	for _, h := range hiddenSettings {
+		if suffix, ok := strings.CutPrefix(h, "*"); ok {
+			if strings.HasSuffix(last, suffix) {
+				return true
+			}
+		} else if path == h || strings.HasSuffix(path, "."+h) {
+			return true
+		}
+	}
+	return false
 }
 
 // settingValue keeps a STAT line three fields long: memcached shows what is unset as NULL,

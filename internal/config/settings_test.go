@@ -1,6 +1,9 @@
 package config
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestSettings(t *testing.T) {
 	cfg, err := Parse([]byte(`
@@ -37,7 +40,6 @@ default_pool: main
 		"tcpport":              "11311",
 		"domain_socket":        "NULL",
 		"listen":               "127.0.0.1:11311",
-		"admin":                "NULL",
 		"pools.main.servers":   "127.0.0.1:11212,127.0.0.1:11213",
 		"pools.main.timeout":   "250ms",
 		"pools.sess.servers":   "127.0.0.1:11214",
@@ -49,6 +51,76 @@ default_pool: main
 	} {
 		if got[name] != want {
 			t.Errorf("%s = %q, want %q", name, got[name], want)
+		}
+	}
+}
+
+// TestSettingsHidden: "stats settings" shows no file path and not the admin address, however
+// the config names them, and still shows what lies beside them.
+func TestSettingsHidden(t *testing.T) {
+	c := mustParse(t, `listen: 127.0.0.1:11311
+tls:
+  cert: /etc/moxi/tls.crt
+  key: /etc/moxi/tls.key
+  client_ca: /etc/moxi/clients.crt
+admin: 127.0.0.1:9151
+admin_token_file: /etc/moxi/admin-token
+pools:
+  main:
+    servers: ["10.0.0.1:11211"]
+    tls:
+      ca: /etc/moxi/ca.crt
+      cert: /etc/moxi/client.crt
+      key: /etc/moxi/client.key
+      server_name: cache.internal
+`)
+	st, err := c.Settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := map[string]bool{}
+	for _, s := range st {
+		shown[s.Name] = true
+		if strings.Contains(s.Value, "/etc/moxi") || strings.Contains(s.Value, "9151") {
+			t.Errorf("STAT %s %s: a file path or the admin address", s.Name, s.Value)
+		}
+	}
+	for _, name := range []string{"listen", "pools.main.servers", "pools.main.tls.server_name", "limits.max_key_bytes"} {
+		if !shown[name] {
+			t.Errorf("%s hidden", name)
+		}
+	}
+	for _, name := range []string{"admin", "admin_token_file", "tls.cert", "tls.key", "tls.client_ca",
+		"pools.main.tls.ca", "pools.main.tls.cert", "pools.main.tls.key"} {
+		if shown[name] {
+			t.Errorf("%s shown", name)
+		}
+	}
+}
+
+// TestHiddenSetting: the table covers keys to come by their form, and only those.
+func TestHiddenSetting(t *testing.T) {
+	for _, tc := range []struct {
+		path   string
+		hidden bool
+	}{
+		{"admin", true},
+		{"admin_token_file", true},
+		{"auth.users_file", true},
+		{"pools.main.sasl.password_file", true},
+		{"listeners.0.tls.cert", true},
+		{"listeners.0.tls.client_ca", true},
+		{"pools.main.tls.ca", true},
+		{"listen", false},
+		{"listeners.0.listen", false},
+		{"pools.main.sasl.user", false},
+		{"pools.main.tls.server_name", false},
+		{"pools.admin.timeout", false},
+		{"pools.tls.servers", false},
+		{"hot_cache.max_bytes", false},
+	} {
+		if got := hiddenSetting(tc.path); got != tc.hidden {
+			t.Errorf("hiddenSetting(%q) = %v, want %v", tc.path, got, tc.hidden)
 		}
 	}
 }

@@ -27,6 +27,7 @@ const version = "moxi-embedded"
 type Options struct {
 	// MaxBytes bounds the memory the store accounts for (key + value + a fixed per-item
 	// overhead); past it the least recently used items are evicted. 0 means DefaultMaxBytes.
+	// cache_memlimit may lower the bound but never raise it above MaxBytes.
 	MaxBytes int64
 
 	// Now is the clock used for expiry and delayed flushes; nil means time.Now. Tests inject
@@ -44,6 +45,7 @@ type Options struct {
 type Store struct {
 	now      func() time.Time // read-only after New
 	maxBytes int64            // guarded by mu (cache_memlimit changes it)
+	bound    int64            // read-only after New; the configured maxBytes, which cache_memlimit never exceeds
 	version  []byte           // read-only after New; handed out in responses, never modified
 	requests atomic.Uint64    // requests handed to Do, for the admin views
 
@@ -70,6 +72,7 @@ func New(opts Options) *Store {
 	if s.maxBytes <= 0 {
 		s.maxBytes = DefaultMaxBytes
 	}
+	s.bound = s.maxBytes
 	s.lru.next, s.lru.prev = &s.lru, &s.lru
 	return s
 }
@@ -113,7 +116,9 @@ func (s *Store) Do(ctx context.Context, req *protocol.Request, resps []protocol.
 		s.handleFlush(req, now)
 	case protocol.OpCacheMemlimit:
 		// As memcached: a new limit, down to which the least recently used items go now.
-		s.maxBytes = int64(req.Delta) << 20
+		// A client may lower it but not raise it past the configured bound (embedded_memory_mb):
+		// above it the answer is still memcached's OK, the limit the bound.
+		s.maxBytes = min(int64(req.Delta)<<20, s.bound)
 		s.makeRoom(0, now)
 	case protocol.OpVersion:
 		r.Value = s.version

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/dedup"
@@ -36,7 +37,12 @@ type Options struct {
 	Settings func() []protocol.Stat
 	// MaxPending bounds the fire-and-forget writes queued at once; 0 = the config's default.
 	MaxPending int
-	Logger     *slog.Logger // nil = slog.Default()
+	// MaxPendingBytes bounds their keys and values; 0 = the config's default.
+	MaxPendingBytes int
+	// MaxBackgroundBytes bounds the backup copies and shadow requests queued at once, in
+	// bytes; past it they are dropped. 0 = the config's default.
+	MaxBackgroundBytes int
+	Logger             *slog.Logger // nil = slog.Default()
 }
 
 // Proxy answers client requests from the servers of its current Topology. Safe for
@@ -51,6 +57,10 @@ type Proxy struct {
 
 	mirrors   chan struct{}  // one token per write being copied to a backup pool
 	mirroring sync.WaitGroup // the copies in progress
+
+	// background holds the bytes of the backup copies and shadow requests queued or being
+	// sent (max_background_bytes); one budget for both, so neither starves moxi's memory.
+	background *semaphore.Weighted
 
 	flights dedup.Group[protocol.Response] // get/gets in flight, for dedup
 	writes  writeStripes                   // writes in flight, which end sharing for their keys
@@ -69,14 +79,22 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	def := config.Default()
 	if opts.MaxPending <= 0 {
-		opts.MaxPending = config.Default().FireAndForget.MaxPending
+		opts.MaxPending = def.FireAndForget.MaxPending
+	}
+	if opts.MaxPendingBytes <= 0 {
+		opts.MaxPendingBytes = def.FireAndForget.MaxPendingBytes
+	}
+	if opts.MaxBackgroundBytes <= 0 {
+		opts.MaxBackgroundBytes = def.Limits.MaxBackgroundBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	p := &Proxy{opts: opts, version: versionAnswer(opts.Version), started: time.Now(), mirrors: make(chan struct{}, maxMirrors), shadows: newShadowQueue()}
-	p.queue = fireforget.New(fireAndForgetWorkers, opts.MaxPending, p.writeQueued, opts.Logger)
+	p.background = semaphore.NewWeighted(int64(opts.MaxBackgroundBytes))
+	p.queue = fireforget.New(fireAndForgetWorkers, opts.MaxPending, opts.MaxPendingBytes, p.writeQueued, opts.Logger)
 	p.metrics = newMetrics(reg, func() float64 { return float64(p.queue.Pending()) })
 	p.Swap(topo)
 	counter := func(name, help string, v func() uint64) prometheus.Collector {
@@ -87,7 +105,7 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 		counter("moxi_backup_hits_total", "Keys the backup pool answered with a value.", p.stats.backupHits.Load),
 		counter("moxi_backup_writes_total", "Writes copied to a backup pool.", p.stats.mirrors.Load),
 		counter("moxi_backup_write_errors_total", "Writes the backup pool did not answer.", p.stats.mirrorErrors.Load),
-		counter("moxi_backup_writes_dropped_total", "Writes not copied to a backup pool because too many copies were in flight.", p.stats.mirrorsDropped.Load),
+		counter("moxi_backup_writes_dropped_total", "Writes not copied to a backup pool because too many copies, or max_background_bytes of them, were in flight.", p.stats.mirrorsDropped.Load),
 		counter("moxi_fire_and_forget_written_total", "Fire-and-forget writes the server stored.", func() uint64 { w, _ := p.queue.Counts(); return w }),
 		counter("moxi_fire_and_forget_failed_total", "Fire-and-forget writes that failed (no answer, or not stored).", func() uint64 { _, f := p.queue.Counts(); return f }),
 	)
@@ -129,6 +147,8 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 			t.Hot.Purge()
 		}
 		p.flights.ForgetAll()
+	case req.Op == protocol.OpCacheMemlimit && t.NoFlushAll:
+		resps = append(resps, memlimitRefused)
 	case req.Op == protocol.OpCacheMemlimit:
 		resps = append(resps, p.everyServer(ctx, t, req))
 	case req.Op == protocol.OpVersion:
@@ -163,6 +183,10 @@ func (p *Proxy) account(req *protocol.Request, resps []protocol.Response, start 
 // flushRefused is memcached -F's answer to flush_all (text) and flush (binary: status
 // 0x0020 with its own text, which the codec writes).
 var flushRefused = protocol.Response{Status: protocol.StatusAuthError, Msg: "flush_all not allowed"}
+
+// memlimitRefused answers cache_memlimit as flushRefused answers flush_all (text only: it has
+// no binary or meta form): a client that may not empty the servers may not shrink them.
+var memlimitRefused = protocol.Response{Status: protocol.StatusAuthError, Msg: "cache_memlimit not allowed"}
 
 // CountRejected counts the answer to a request the client's decoder rejected (the
 // frontend answers those itself) in moxi_error_answers_total.

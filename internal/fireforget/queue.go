@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -21,13 +23,18 @@ var ErrClosed = errors.New("fire-and-forget queue closed")
 // means it was not (no answer, or an answer other than success).
 type Write func(ctx context.Context, req *protocol.Request) error
 
-// Queue is a bounded queue of writes and the workers that drain it. Safe for concurrent
-// use.
+// Queue is a queue of writes, bounded in writes and in bytes, and the workers that drain
+// it. Safe for concurrent use.
 type Queue struct {
 	write  Write
 	logger *slog.Logger
 	shards []chan *protocol.Request // a key always goes to the same shard: its writes stay in order
-	slots  chan struct{}            // one token per queued or running write: max_pending
+
+	// A write holds one of items and its weight of bytes from Enqueue until it is written,
+	// so the bounds cover the copies being written as well as those waiting.
+	items, bytes       *semaphore.Weighted // max_pending; max_pending_bytes, of keys and values
+	maxItems, maxBytes int64
+	pending            atomic.Int64 // writes queued or being written
 
 	start  sync.Once      // the workers start with the first write: an unused queue costs nothing
 	mu     sync.RWMutex   // closed and sends on shards; held for reading while enqueuing
@@ -38,32 +45,44 @@ type Queue struct {
 	lastLog         atomic.Int64 // unix nanos of the last failure log line
 }
 
-// New starts workers that drain a queue of at most maxPending writes with write.
-func New(workers, maxPending int, write Write, logger *slog.Logger) *Queue {
-	q := &Queue{write: write, logger: logger, slots: make(chan struct{}, maxPending)}
-	q.shards = make([]chan *protocol.Request, workers)
-	return q
+// New starts workers that drain a queue of at most maxPending writes and maxPendingBytes
+// of their keys and values with write.
+func New(workers, maxPending, maxPendingBytes int, write Write, logger *slog.Logger) *Queue {
+	return &Queue{
+		write:    write,
+		logger:   logger,
+		shards:   make([]chan *protocol.Request, workers),
+		items:    semaphore.NewWeighted(int64(maxPending)),
+		bytes:    semaphore.NewWeighted(int64(maxPendingBytes)),
+		maxItems: int64(maxPending),
+		maxBytes: int64(maxPendingBytes),
+	}
 }
 
 // startWorkers makes the shards and starts one worker each; called once, under mu.
 func (q *Queue) startWorkers() {
 	for i := range q.shards {
-		// The slots bound the total; a shard holds its share, and a skewed key waits
+		// The semaphores bound the total; a shard holds its share, and a skewed key waits
 		// for its worker (back-pressure) rather than every shard reserving max_pending.
-		q.shards[i] = make(chan *protocol.Request, cap(q.slots)/len(q.shards)+1)
+		q.shards[i] = make(chan *protocol.Request, q.maxItems/int64(len(q.shards))+1)
 		q.wg.Add(1)
 		go q.work(q.shards[i])
 	}
 }
 
-// Enqueue copies req and queues it. When max_pending writes are queued it waits for room
-// (back-pressure) until ctx ends.
+// Enqueue copies req and queues it. Past max_pending writes or max_pending_bytes it waits
+// for room (back-pressure) until ctx ends; a write larger than max_pending_bytes waits for
+// an empty queue.
 func (q *Queue) Enqueue(ctx context.Context, req *protocol.Request) error {
-	select {
-	case q.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	w := q.weight(req)
+	if err := q.items.Acquire(ctx, 1); err != nil {
+		return err
 	}
+	if err := q.bytes.Acquire(ctx, w); err != nil {
+		q.items.Release(1)
+		return err
+	}
+	q.pending.Add(1)
 	cp := &protocol.Request{
 		Op:      req.Op,
 		Key:     append([]byte(nil), req.Key...),
@@ -75,7 +94,7 @@ func (q *Queue) Enqueue(ctx context.Context, req *protocol.Request) error {
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	if q.closed {
-		<-q.slots
+		q.release(cp)
 		return ErrClosed
 	}
 	q.start.Do(q.startWorkers)
@@ -83,13 +102,26 @@ func (q *Queue) Enqueue(ctx context.Context, req *protocol.Request) error {
 	case q.shards[shard(cp.Key, len(q.shards))] <- cp:
 		return nil
 	case <-ctx.Done():
-		<-q.slots
+		q.release(cp)
 		return ctx.Err()
 	}
 }
 
+// weight is what req holds of max_pending_bytes: its key and value, clamped to the bound so
+// that a lone larger write still passes.
+func (q *Queue) weight(req *protocol.Request) int64 {
+	return min(int64(len(req.Key)+len(req.Value)), q.maxBytes)
+}
+
+// release gives back what a write held, once written or abandoned.
+func (q *Queue) release(req *protocol.Request) {
+	q.pending.Add(-1)
+	q.bytes.Release(q.weight(req))
+	q.items.Release(1)
+}
+
 // Pending is the number of writes queued or being written.
-func (q *Queue) Pending() int { return len(q.slots) }
+func (q *Queue) Pending() int { return int(q.pending.Load()) }
 
 // Counts are the writes done and failed so far.
 func (q *Queue) Counts() (written, failed uint64) { return q.written.Load(), q.failed.Load() }
@@ -179,7 +211,7 @@ func (q *Queue) writeOne(req *protocol.Request) {
 	} else {
 		q.written.Add(1)
 	}
-	<-q.slots
+	q.release(req)
 }
 
 // logFailure logs at most one line a second, with the count so far.

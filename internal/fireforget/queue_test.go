@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func set(key, value string) *protocol.Request {
 
 func TestAllWrittenInOrderPerKey(t *testing.T) {
 	r := &recorder{}
-	q := New(4, 100, r.write, slog.New(slog.DiscardHandler))
+	q := New(4, 100, 1<<20, r.write, slog.New(slog.DiscardHandler))
 	for i := range 1000 {
 		req := set(fmt.Sprintf("k%d", i%7), fmt.Sprint(i))
 		if err := q.Enqueue(context.Background(), req); err != nil {
@@ -77,7 +78,7 @@ func TestAllWrittenInOrderPerKey(t *testing.T) {
 
 func TestBackPressure(t *testing.T) {
 	r := &recorder{gate: make(chan struct{})}
-	q := New(2, 3, r.write, slog.New(slog.DiscardHandler))
+	q := New(2, 3, 1<<20, r.write, slog.New(slog.DiscardHandler))
 	for i := range 3 {
 		if err := q.Enqueue(context.Background(), set("k", fmt.Sprint(i))); err != nil {
 			t.Fatal(err)
@@ -97,9 +98,58 @@ func TestBackPressure(t *testing.T) {
 	}
 }
 
+// TestByteBackPressure: past max_pending_bytes (keys and values) a write waits for room; a
+// lone write larger than the bound passes when the queue is empty, and waits otherwise.
+func TestByteBackPressure(t *testing.T) {
+	const maxBytes = 100 // each write's key "k" is 1 byte
+	tests := []struct {
+		name   string
+		queued []int // the value sizes of the writes queued (and held) first
+		next   int   // the value size of the write then
+		waits  bool
+	}{
+		{name: "up to the bound", queued: []int{39, 39}, next: 19},
+		{name: "past the bound waits", queued: []int{39, 39}, next: 20, waits: true},
+		{name: "a lone larger write passes", next: 1000},
+		{name: "a larger write waits for an empty queue", queued: []int{0}, next: 1000, waits: true},
+		{name: "behind a larger write any waits", queued: []int{1000}, next: 0, waits: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recorder{gate: make(chan struct{})}
+			q := New(2, 100, maxBytes, r.write, slog.New(slog.DiscardHandler))
+			for _, n := range tt.queued {
+				if err := q.Enqueue(context.Background(), set("k", strings.Repeat("v", n))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			err := q.Enqueue(ctx, set("k", strings.Repeat("v", tt.next)))
+			if waited := errors.Is(err, context.DeadlineExceeded); waited != tt.waits || (!waited && err != nil) {
+				t.Fatalf("Enqueue: %v; want waiting: %v", err, tt.waits)
+			}
+			want := len(tt.queued)
+			if !tt.waits {
+				want++
+			}
+			if q.Pending() != want {
+				t.Errorf("pending %d, want %d", q.Pending(), want)
+			}
+			close(r.gate)
+			if err := q.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if written, _ := q.Counts(); written != uint64(want) || q.Pending() != 0 {
+				t.Errorf("%d written, %d pending after Close; want %d, 0", written, q.Pending(), want)
+			}
+		})
+	}
+}
+
 func TestFailuresCountedAndCloseBounded(t *testing.T) {
 	r := &recorder{fail: true}
-	q := New(1, 10, r.write, slog.New(slog.DiscardHandler))
+	q := New(1, 10, 1<<20, r.write, slog.New(slog.DiscardHandler))
 	for range 5 {
 		_ = q.Enqueue(context.Background(), set("k", "v"))
 	}
@@ -114,7 +164,7 @@ func TestFailuresCountedAndCloseBounded(t *testing.T) {
 	}
 
 	stuck := &recorder{gate: make(chan struct{})}
-	q = New(1, 10, stuck.write, slog.New(slog.DiscardHandler))
+	q = New(1, 10, 1<<20, stuck.write, slog.New(slog.DiscardHandler))
 	_ = q.Enqueue(context.Background(), set("k", "v"))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()

@@ -5,6 +5,7 @@ package hotcache
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
@@ -19,7 +20,8 @@ type Entry struct {
 }
 
 // Cache is an LRU of entries for keys with the configured prefixes, each entry dropped once
-// it is older than the TTL. Safe for concurrent use.
+// it is older than the TTL, bounded in entries and in bytes of keys and values. Safe for
+// concurrent use.
 //
 // A write must never be followed by a read of the value it replaced. The interleaving to
 // guard against: a read fetches v1 from memcached; a write of v2 is acknowledged and drops
@@ -29,15 +31,20 @@ type Entry struct {
 type Cache struct {
 	prefixes [][]byte
 	lru      *expirable.LRU[string, Entry]
+	maxBytes int64
+	// held is the bytes of the entries in lru. The LRU's eviction callback lowers it, from
+	// whichever call evicts (its expiry goroutine included); only Add raises it, under mu.
+	held atomic.Int64
 
 	mu     sync.Mutex  // orders Add against Drop
 	epochs [256]uint64 // by key hash; guarded by mu
 }
 
 // New returns a cache for keys starting with one of prefixes, holding at most maxItems
-// entries, each for at most ttl.
-func New(prefixes []string, maxItems int, ttl time.Duration) *Cache {
-	c := &Cache{lru: expirable.NewLRU[string, Entry](maxItems, nil, ttl)}
+// entries and maxBytes (> 0) of keys and values, each entry for at most ttl.
+func New(prefixes []string, maxItems, maxBytes int, ttl time.Duration) *Cache {
+	c := &Cache{maxBytes: int64(maxBytes)}
+	c.lru = expirable.NewLRU(maxItems, func(k string, e Entry) { c.held.Add(-size(k, e)) }, ttl)
 	for _, p := range prefixes {
 		c.prefixes = append(c.prefixes, []byte(p))
 	}
@@ -70,15 +77,30 @@ func (c *Cache) Epoch(key []byte) uint64 {
 }
 
 // Add caches a value fetched for key after Epoch returned epoch, unless the key was
-// dropped since. The value is copied.
+// dropped since or the entry alone is larger than maxBytes; the least recently used
+// entries go to make room. The value is copied.
 func (c *Cache) Add(key []byte, e Entry, epoch uint64) {
+	if int64(len(key)+len(e.Value)) > c.maxBytes {
+		return
+	}
 	e.Value = bytes.Clone(e.Value)
+	k := string(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.epochs[stripe(key)] != epoch {
 		return
 	}
-	c.lru.Add(string(key), e)
+	// Replacing an entry does not call the eviction callback: remove it first, so that
+	// held counts each key once.
+	c.lru.Remove(k)
+	c.lru.Add(k, e)
+	c.held.Add(size(k, e))
+	for c.held.Load() > c.maxBytes {
+		// Never e itself: it is the newest, and alone it fits.
+		if _, _, ok := c.lru.RemoveOldest(); !ok {
+			break
+		}
+	}
 }
 
 // Drop forgets key, and refuses values fetched for it before now.
@@ -91,6 +113,12 @@ func (c *Cache) Drop(key []byte) {
 
 // Len is the number of entries cached.
 func (c *Cache) Len() int { return c.lru.Len() }
+
+// Bytes is the bytes of keys and values cached.
+func (c *Cache) Bytes() int64 { return c.held.Load() }
+
+// size is what an entry counts against maxBytes.
+func size(key string, e Entry) int64 { return int64(len(key) + len(e.Value)) }
 
 // stripe spreads keys over the epochs (FNV-1a, low byte).
 func stripe(key []byte) uint8 {

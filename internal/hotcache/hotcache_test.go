@@ -1,12 +1,13 @@
 package hotcache
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
 
 func TestHotPrefixes(t *testing.T) {
-	c := New([]string{"cfg:", "hot:"}, 10, time.Second)
+	c := New([]string{"cfg:", "hot:"}, 10, 1<<20, time.Second)
 	for key, want := range map[string]bool{"cfg:a": true, "hot:": true, "cold:a": false, "cf": false} {
 		if got := c.Hot([]byte(key)); got != want {
 			t.Errorf("Hot(%q) = %v", key, got)
@@ -19,7 +20,7 @@ func TestHotPrefixes(t *testing.T) {
 }
 
 func TestAddGetDrop(t *testing.T) {
-	c := New([]string{"hot:"}, 10, time.Minute)
+	c := New([]string{"hot:"}, 10, 1<<20, time.Minute)
 	val := []byte("v1")
 	c.Add([]byte("hot:a"), Entry{Value: val, Flags: 3, Cas: 9}, c.Epoch([]byte("hot:a")))
 	val[0] = 'X' // the cache copied it
@@ -36,7 +37,7 @@ func TestAddGetDrop(t *testing.T) {
 // TestLateAddAfterDropRefused is the interleaving the epoch exists for: a read takes the
 // epoch and fetches; a write drops the key; the read's late Add must store nothing.
 func TestLateAddAfterDropRefused(t *testing.T) {
-	c := New([]string{"hot:"}, 10, time.Minute)
+	c := New([]string{"hot:"}, 10, 1<<20, time.Minute)
 	epoch := c.Epoch([]byte("hot:a"))
 	c.Drop([]byte("hot:a"))
 	c.Add([]byte("hot:a"), Entry{Value: []byte("stale")}, epoch)
@@ -46,7 +47,7 @@ func TestLateAddAfterDropRefused(t *testing.T) {
 }
 
 func TestTTLAndBound(t *testing.T) {
-	c := New([]string{"hot:"}, 2, 50*time.Millisecond)
+	c := New([]string{"hot:"}, 2, 1<<20, 50*time.Millisecond)
 	for _, k := range []string{"hot:1", "hot:2", "hot:3"} {
 		c.Add([]byte(k), Entry{Value: []byte(k)}, c.Epoch([]byte(k)))
 	}
@@ -68,8 +69,63 @@ func TestTTLAndBound(t *testing.T) {
 	}
 }
 
+// TestByteBound: past max_bytes the least recently used entries go, whatever max_items
+// allows; an entry larger than max_bytes is not cached; a replaced entry counts once.
+func TestByteBound(t *testing.T) {
+	const maxBytes = 100 // keys "hot:N" are 5 bytes: an entry of a 20-byte value is 25
+	tests := []struct {
+		name  string
+		adds  []string // keys added, each with a 20-byte value unless in big
+		big   map[string]int
+		gets  []string // read after the 4th add, which keeps them recent
+		want  []string // cached at the end
+		bytes int64
+	}{
+		{name: "under the bound", adds: []string{"hot:1", "hot:2"}, want: []string{"hot:1", "hot:2"}, bytes: 50},
+		{name: "least recently used go", adds: []string{"hot:1", "hot:2", "hot:3", "hot:4", "hot:5"},
+			want: []string{"hot:2", "hot:3", "hot:4", "hot:5"}, bytes: 100},
+		{name: "a read keeps an entry", adds: []string{"hot:1", "hot:2", "hot:3", "hot:4", "hot:5"}, gets: []string{"hot:1"},
+			want: []string{"hot:1", "hot:3", "hot:4", "hot:5"}, bytes: 100},
+		{name: "larger than max_bytes is not cached", adds: []string{"hot:1", "hot:2"}, big: map[string]int{"hot:2": 96},
+			want: []string{"hot:1"}, bytes: 25},
+		{name: "max_bytes exactly fits alone", adds: []string{"hot:1", "hot:2"}, big: map[string]int{"hot:2": 95},
+			want: []string{"hot:2"}, bytes: 100},
+		{name: "a replaced entry counts once", adds: []string{"hot:1", "hot:1", "hot:1"}, want: []string{"hot:1"}, bytes: 25},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New([]string{"hot:"}, 100, maxBytes, time.Minute)
+			for i, k := range tt.adds {
+				n := 20
+				if b, ok := tt.big[k]; ok {
+					n = b
+				}
+				c.Add([]byte(k), Entry{Value: make([]byte, n)}, c.Epoch([]byte(k)))
+				if i == 3 {
+					for _, g := range tt.gets {
+						c.Get([]byte(g))
+					}
+				}
+			}
+			for _, k := range []string{"hot:1", "hot:2", "hot:3", "hot:4", "hot:5"} {
+				_, ok := c.Get([]byte(k))
+				if want := slices.Contains(tt.want, k); ok != want {
+					t.Errorf("%s cached: %v, want %v", k, ok, want)
+				}
+			}
+			if c.Bytes() != tt.bytes || c.Len() != len(tt.want) {
+				t.Errorf("%d entries of %d bytes, want %d of %d", c.Len(), c.Bytes(), len(tt.want), tt.bytes)
+			}
+			c.Purge()
+			if c.Bytes() != 0 {
+				t.Errorf("%d bytes held after Purge", c.Bytes())
+			}
+		})
+	}
+}
+
 func BenchmarkGetHit(b *testing.B) {
-	c := New([]string{"hot:"}, 100, time.Minute)
+	c := New([]string{"hot:"}, 100, 1<<20, time.Minute)
 	key := []byte("hot:config")
 	c.Add(key, Entry{Value: make([]byte, 100)}, c.Epoch(key))
 	b.ReportAllocs()

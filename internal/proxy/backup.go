@@ -9,8 +9,9 @@ import (
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
-// maxMirrors bounds the writes being copied to backup pools at once; past it a copy is
-// dropped (and counted) rather than letting memory grow with a slow backup.
+// maxMirrors bounds the writes being copied to backup pools at once, as the proxy's
+// background budget bounds their bytes; past either a copy is dropped (and counted) rather
+// than letting memory grow with a slow backup.
 const maxMirrors = 1024
 
 // mirrorTimeout bounds one copy, on top of the backup server's own timeout.
@@ -69,9 +70,15 @@ func (p *Proxy) mirror(b *pool.Pool, req *protocol.Request, primary *protocol.Re
 		}
 		op = protocol.OpSet
 	}
+	w := requestBytes(req)
+	if !p.background.TryAcquire(w) {
+		p.stats.mirrorsDropped.Add(1)
+		return
+	}
 	select {
 	case p.mirrors <- struct{}{}:
 	default:
+		p.background.Release(w)
 		p.stats.mirrorsDropped.Add(1)
 		return
 	}
@@ -87,7 +94,7 @@ func (p *Proxy) mirror(b *pool.Pool, req *protocol.Request, primary *protocol.Re
 	}
 	p.mirroring.Add(1)
 	go func() {
-		defer func() { <-p.mirrors; p.mirroring.Done() }()
+		defer func() { <-p.mirrors; p.background.Release(w); p.mirroring.Done() }()
 		ctx, cancel := context.WithTimeout(context.Background(), mirrorTimeout)
 		defer cancel()
 		var resp [1]protocol.Response

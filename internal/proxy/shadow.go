@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/pool"
@@ -14,14 +13,14 @@ import (
 // Shadow pools (a pool's shadow: {pool, fraction}). The requests for a stable share of the
 // pool's keys are copied, once the client's answer is made, onto a bounded queue that a few
 // workers send on to the shadow pool; their answers are counted and thrown away. A full
-// queue drops the copy (counted): a slow or stopped shadow pool costs clients nothing but
-// the copy, and moxi no more memory than the queue's bounds. Each key has its worker, so
-// that the shadow pool gets a key's requests in the order they were queued.
+// queue, or max_background_bytes (shared with backup copies) full, drops the copy
+// (counted): a slow or stopped shadow pool costs clients nothing but the copy, and moxi no
+// more memory than those bounds. Each key has its worker, so that the shadow pool gets a
+// key's requests in the order they were queued.
 
 const (
-	shadowWorkers   = 8        // requests sent to shadow pools at once
-	shadowQueued    = 1024     // requests waiting, at most (shadowQueued/shadowWorkers a worker) ...
-	shadowMaxBytes  = 16 << 20 // ... and their bytes at most
+	shadowWorkers   = 8    // requests sent to shadow pools at once
+	shadowQueued    = 1024 // requests waiting, at most (shadowQueued/shadowWorkers a worker)
 	shadowTimeoutAt = 5 * time.Second
 )
 
@@ -50,19 +49,19 @@ func shadowHash(key []byte) uint64 {
 	return h
 }
 
-// shadowJob is one request copied for a shadow pool; it owns its bytes.
+// shadowJob is one request copied for a shadow pool; it owns its bytes, and holds bytes of
+// the proxy's background budget until it is sent.
 type shadowJob struct {
 	pool  *pool.Pool
 	from  string // the shadowed pool's name, for the metric
 	req   protocol.Request
-	bytes int
+	bytes int64
 }
 
 // shadowQueue holds shadow requests for its workers, which start with the first request
 // and exit at close.
 type shadowQueue struct {
 	jobs    []chan *shadowJob // a worker's each, by key; never closed: close signals stop
-	bytes   atomic.Int64      // of the jobs queued
 	start   sync.Once
 	stop    chan struct{}   // closed by close
 	ctx     context.Context // of the requests sent; cancelled when close is done or gives up
@@ -125,7 +124,7 @@ func containsPool(ps []*pool.Pool, p *pool.Pool) bool {
 }
 
 // enqueueShadow queues a copy of req (with keys as its keys, for a retrieval) for dst, or
-// drops it when the queue is full or closed.
+// drops it when the queue is full or closed or the background budget is spent.
 func (p *Proxy) enqueueShadow(dst *pool.Pool, from string, req *protocol.Request, keys [][]byte) {
 	k := req.Key
 	if keys != nil {
@@ -142,7 +141,7 @@ func (p *Proxy) enqueueShadow(dst *pool.Pool, from string, req *protocol.Request
 	job.bytes = requestBytes(&job.req)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed || q.bytes.Load()+int64(job.bytes) > shadowMaxBytes {
+	if q.closed || !p.background.TryAcquire(job.bytes) {
 		p.metrics.shadowResult(from, shadowDropped)
 		return
 	}
@@ -154,8 +153,8 @@ func (p *Proxy) enqueueShadow(dst *pool.Pool, from string, req *protocol.Request
 	})
 	select {
 	case q.jobs[shadowHash(k)%shadowWorkers] <- job:
-		q.bytes.Add(int64(job.bytes))
 	default:
+		p.background.Release(job.bytes)
 		p.metrics.shadowResult(from, shadowDropped)
 	}
 }
@@ -182,12 +181,11 @@ func (p *Proxy) shadowWorker(jobs <-chan *shadowJob) {
 	}
 }
 
-// sendShadow sends job and counts the result.
+// sendShadow sends job, counts the result and gives back its bytes.
 func (p *Proxy) sendShadow(job *shadowJob) {
-	q := p.shadows
-	q.bytes.Add(-int64(job.bytes))
+	defer p.background.Release(job.bytes)
 	result := shadowOK
-	if err := sendShadow(q.ctx, job); err != nil {
+	if err := sendShadow(p.shadows.ctx, job); err != nil {
 		result = shadowError
 	}
 	p.metrics.shadowResult(job.from, result)
@@ -291,13 +289,13 @@ func copyRequest(req *protocol.Request, keys [][]byte) protocol.Request {
 	return c
 }
 
-// requestBytes is about the memory a queued job holds.
-func requestBytes(r *protocol.Request) int {
+// requestBytes is about the memory a copy of r held in the background holds.
+func requestBytes(r *protocol.Request) int64 {
 	n := 256 + len(r.Key) + len(r.Value) + len(r.Meta.KeyToken) + 24*len(r.Meta.Flags)
 	for _, k := range r.Keys {
 		n += 24 + len(k)
 	}
-	return n
+	return int64(n)
 }
 
 // The results of moxi_shadow_requests_total.

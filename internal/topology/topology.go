@@ -152,7 +152,7 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	}
 	t.Dedup, t.NoFlushAll = cfg.Dedup, !cfg.Limits.AllowFlushAll
 	if len(cfg.HotCache.Prefixes) > 0 {
-		t.Hot = hotcache.New(cfg.HotCache.Prefixes, cfg.HotCache.MaxItems, cfg.HotCache.TTL)
+		t.Hot = hotcache.New(cfg.HotCache.Prefixes, cfg.HotCache.MaxItems, cfg.HotCache.MaxBytes, cfg.HotCache.TTL)
 	}
 	for _, prefix := range cfg.FireAndForget.Prefixes {
 		t.FireAndForget = append(t.FireAndForget, []byte(prefix))

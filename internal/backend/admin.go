@@ -2,9 +2,9 @@ package backend
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
@@ -13,8 +13,8 @@ import (
 
 // doText sends a server-admin command the binary protocol has no opcode for
 // (cache_memlimit) in the text protocol, on a connection of its own, and reads memcached's
-// one-line answer into resp: OK, or its other line verbatim in resp.Value. Such commands
-// are rare; a connection kept for them would be idle.
+// one-line answer into resp: OK, or its other line in resp.Value (through
+// protocol.OneLine). Such commands are rare; a connection kept for them would be idle.
 func (s *Server) doText(ctx context.Context, req *protocol.Request, resp *protocol.Response) error {
 	defer turn.Dispatched(ctx)
 	nc, err := s.dial(ctx)
@@ -26,13 +26,13 @@ func (s *Server) doText(ctx context.Context, req *protocol.Request, resp *protoc
 	if _, err := nc.Write(protocol.AppendTextRequest(nil, req)); err != nil {
 		return fmt.Errorf("%s: %w", s.opts.Addr, err)
 	}
-	line, err := bufio.NewReaderSize(nc, 512).ReadString('\n')
+	line, err := bufio.NewReaderSize(nc, 512).ReadSlice('\n') // a longer line is no answer of memcached's
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.opts.Addr, err)
 	}
 	*resp = protocol.Response{}
-	if line = strings.TrimSuffix(line, "\r\n"); line != "OK" {
-		resp.Value = []byte(line)
+	if line = bytes.TrimSuffix(line, []byte("\r\n")); string(line) != "OK" {
+		resp.Value = protocol.OneLine(bytes.Clone(line))
 	}
 	return nil
 }

@@ -45,6 +45,7 @@ type conn struct {
 	kick    chan struct{} // hands nc's writing to its writeLoop (see flush); capacity 1
 	dialing bool          // a dial is in progress
 	ready   chan struct{} // closed when the dial in progress ends
+	dialErr error         // the last dial's failure when it was moxi's own (ownError); nil after one that worked
 	writer  net.Conn      // the connection being written to, by a caller or writeLoop; nil when nobody writes
 	wbuf    []byte        // packets not yet written
 	spare   []byte        // the other write buffer, while writeLoop writes one
@@ -214,17 +215,14 @@ func (c *conn) unread() bool {
 	return nc != nil && sockpeek.Waiting(nc)
 }
 
-// waitReady waits for a dial in progress to end, up to timeout; ErrDown when no dial is in
+// waitReady waits for a dial in progress to end, up to timeout; downErr when no dial is in
 // progress (the connection is waiting to retry).
 func (c *conn) waitReady(ctx context.Context, timeout time.Duration) error {
 	c.mu.Lock()
 	dialing, ready := c.dialing, c.ready
 	c.mu.Unlock()
 	if !dialing {
-		if !c.s.Up() {
-			return ErrDead
-		}
-		return ErrDown
+		return c.downErr()
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -238,9 +236,25 @@ func (c *conn) waitReady(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
+// downErr is why c, not connected, cannot take a request now.
+func (c *conn) downErr() error {
+	c.mu.Lock()
+	err := c.dialErr
+	c.mu.Unlock()
+	switch {
+	case err != nil:
+		return err
+	case !c.s.Up():
+		return ErrDead
+	}
+	return ErrDown
+}
+
 // dialLoop connects, reads answers until the connection breaks, and connects again at once.
 // A dial that fails marks the server dead, and the loop then waits until the prober finds
-// it alive again. It exits when the server is closed.
+// it alive again; unless moxi itself lacked what a dial takes (ownError), which is no
+// fault of the server's: then the loop dials again after ownErrorRetry. It exits when the
+// server is closed.
 func (c *conn) dialLoop() {
 	defer c.s.wg.Done()
 	for {
@@ -263,6 +277,11 @@ func (c *conn) dialLoop() {
 		c.dialing = false
 		close(c.ready)
 		c.ready = make(chan struct{})
+		again := c.dialErr != nil // the previous dial failed so too: logged then
+		c.dialErr = nil
+		if ownError(err) {
+			c.dialErr = fmt.Errorf("connect: %w", err)
+		}
 		if err == nil && c.closed {
 			nc.Close()
 			err = ErrClosed
@@ -274,10 +293,18 @@ func (c *conn) dialLoop() {
 		}
 		c.mu.Unlock()
 
-		if errors.Is(err, ErrClosed) {
+		switch {
+		case errors.Is(err, ErrClosed):
 			return
-		}
-		if err != nil {
+		case ownError(err):
+			if !again {
+				c.s.opts.Logger.Warn("backend dial failed for want of moxi's own resources; retrying", "addr", c.s.opts.Addr, "err", err, "retry_in", ownErrorRetry)
+			}
+			if !c.s.pause(ownErrorRetry) {
+				return
+			}
+			continue
+		case err != nil:
 			c.s.markDead(fmt.Errorf("connect: %w", err))
 			continue
 		}
@@ -287,14 +314,26 @@ func (c *conn) dialLoop() {
 	}
 }
 
-// readLoop decodes answers from nc and completes their calls until nc fails.
+// ownErrorRetry is how long a connection waits to dial again after moxi lacked what a dial
+// takes: soon, since requests fail meanwhile, and each try costs one failed system call.
+const ownErrorRetry = 50 * time.Millisecond
+
+// readLoop decodes answers from nc and completes their calls until nc fails. An answer
+// starts with its first byte, and must keep the pace from there (pacedReader).
 func (c *conn) readLoop(nc net.Conn) {
-	br := bufio.NewReaderSize(watchedReader{c, nc}, 32<<10)
+	pr := &pacedReader{nc: nc}
+	br := bufio.NewReaderSize(watchedReader{c, pr}, 32<<10)
 	lim := c.s.opts.Limits
 	var h protocol.BinaryResponseHeader
 	for {
+		if _, err := br.Peek(1); err != nil {
+			c.fail(nc, fmt.Errorf("read: %w", err))
+			return
+		}
 		var resp protocol.Response
+		pr.begin()
 		err := protocol.ReadBinaryResponse(br, lim, &h, &resp)
+		pr.end()
 		if errors.Is(err, protocol.ErrBinaryTooLarge) {
 			resp = protocol.Response{Status: protocol.StatusTempFailure, Msg: "answer larger than max_value_bytes"}
 			err = nil
@@ -309,16 +348,16 @@ func (c *conn) readLoop(nc net.Conn) {
 	}
 }
 
-// watchedReader is nc as readLoop reads it: it notes when readLoop waits for the server,
-// the only time a silence can be the server's.
+// watchedReader is the connection as readLoop reads it: it notes when readLoop waits for
+// the server, the only time a silence can be the server's.
 type watchedReader struct {
-	c  *conn
-	nc net.Conn
+	c *conn
+	r *pacedReader
 }
 
 func (r watchedReader) Read(p []byte) (int, error) {
 	r.c.waiting.Store(r.c.s.clock())
-	n, err := r.nc.Read(p)
+	n, err := r.r.Read(p)
 	r.c.waiting.Store(0)
 	return n, err
 }

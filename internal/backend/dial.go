@@ -31,7 +31,17 @@ func Dial(ctx context.Context, addr string, timeout time.Duration, tlsConf *tls.
 
 // dial opens a connection to s (see Dial) within its connect timeout.
 func (s *Server) dial(ctx context.Context) (net.Conn, error) {
+	if s.opts.dial != nil {
+		return s.opts.dial(ctx)
+	}
 	return Dial(ctx, s.opts.Addr, s.opts.ConnectTimeout, s.opts.TLS)
+}
+
+// ownError reports whether err is moxi's own want of a resource (file descriptors,
+// socket buffers, memory), which says nothing about the server it was dialing.
+func ownError(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }
 
 // tlsConn is a TLS connection to a server that behaves as the rest of the package expects

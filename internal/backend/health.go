@@ -107,18 +107,23 @@ func (s *Server) markUp() {
 	s.opts.Logger.Info("backend up again", "addr", s.opts.Addr, "was_dead_for", down.Round(time.Millisecond))
 }
 
+// pause waits for d; false when the Server was closed meanwhile.
+func (s *Server) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.quit:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // probeLoop probes a dead server until it answers or the Server is closed.
 func (s *Server) probeLoop() {
 	defer s.wg.Done()
 	wait := s.opts.RetryMin
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-s.quit:
-			t.Stop()
-			return
-		case <-t.C:
-		}
+	for s.pause(wait) {
 		if err := s.probe(); err != nil {
 			s.opts.Logger.Debug("backend probe failed", "addr", s.opts.Addr, "err", err, "next_in", min(2*wait, s.opts.RetryMax))
 			wait = min(2*wait, s.opts.RetryMax)

@@ -307,10 +307,12 @@ func (p *metaPipe) wait(ctx context.Context, cl *metaCall) error {
 // readLoop reads answers and hands each to the oldest call, until the connection fails.
 func (p *metaPipe) readLoop() {
 	defer p.s.wg.Done()
-	r := bufio.NewReaderSize(readTimer{p}, 16<<10)
+	pr := &pacedReader{nc: p.nc}
+	r := bufio.NewReaderSize(readTimer{p, pr}, 16<<10)
 	for {
 		// The reader's next answer is the oldest call's: only that call can say how far
-		// the answer goes, and only a byte from the server can end the wait for one.
+		// the answer goes, and only a byte from the server can end the wait for one. From
+		// that byte on, the answer must keep the pace (pacedReader).
 		if _, err := r.Peek(1); err != nil {
 			p.fail(err)
 			return
@@ -324,10 +326,14 @@ func (p *metaPipe) readLoop() {
 		cl := p.queue[0]
 		p.mu.Unlock()
 		var resp protocol.Response
-		if err := protocol.ReadMetaAnswerFor(r, p.s.opts.Limits, cl.throughMN, &resp); err != nil {
+		pr.begin()
+		err := protocol.ReadMetaAnswerFor(r, p.s.opts.Limits, cl.throughMN, &resp)
+		pr.end()
+		if err != nil {
 			p.fail(err)
 			return
 		}
+		oneLine(&resp)
 		p.mu.Lock()
 		if p.err != nil { // failed meanwhile (a timeout): fail has answered cl
 			p.mu.Unlock()
@@ -360,14 +366,26 @@ func (p *metaPipe) fail(err error) {
 }
 
 // readTimer notes when bytes arrive on a pipe's connection.
-type readTimer struct{ p *metaPipe }
+type readTimer struct {
+	p *metaPipe
+	r *pacedReader
+}
 
 func (r readTimer) Read(b []byte) (int, error) {
-	n, err := r.p.nc.Read(b)
+	n, err := r.r.Read(b)
 	if n > 0 {
 		r.p.lastRead.Store(r.p.s.clock())
 	}
 	return n, err
+}
+
+// oneLine puts the server's text in a meta answer (its error text, its flags) on one
+// line, as the client's answer carries it (see protocol.OneLine).
+func oneLine(resp *protocol.Response) {
+	if resp.Msg != "" {
+		resp.Msg = string(protocol.OneLine([]byte(resp.Msg)))
+	}
+	protocol.OneLine(resp.Meta.Flags)
 }
 
 // countMeta counts the meta requests among reqs.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,8 @@ type Options struct {
 	Logger         *slog.Logger    // nil = slog.Default()
 	// Observe, when set, is given the seconds from send to answer of every answered request.
 	Observe func(seconds float64)
+
+	dial func(ctx context.Context) (net.Conn, error) // tests: replaces Dial
 }
 
 // MaxInFlight is the contract's bound on the requests waiting for one server at a time.
@@ -232,6 +235,8 @@ func (s *Server) outcome(err error, n int, start time.Time) error {
 		switch {
 		case errors.Is(err, context.Canceled):
 			// the client went away; says nothing about the server
+		case ownError(err):
+			s.overloads.Add(uint64(n)) // moxi's own want (a dial without descriptors): nor does this
 		case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 			s.timeouts.Add(uint64(n))
 			s.failed(err)
@@ -262,7 +267,7 @@ func (s *Server) queue(ctx context.Context, cl *call) (*conn, error) {
 		return nil, err
 	}
 	if !c.enqueue(cl) {
-		return nil, ErrDown
+		return nil, c.downErr()
 	}
 	return c, nil
 }

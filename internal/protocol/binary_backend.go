@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -182,7 +183,7 @@ var ErrBinaryTooLarge = errors.New("protocol: binary response exceeds limits")
 // gets every line in order. Otherwise resp gets Status (StatusFromBinary, with a failed
 // add reported as StatusNotStored as text memcached does; likewise a failed replace),
 // Cas, Flags (get family and touch extras), Key (getk family), Value (hits; version string),
-// Number (incr/decr) and Msg (error body).
+// Number (incr/decr) and Msg (error body, on one line: see binReadMsg).
 //
 // resp.Key and resp.Value are allocated for this response and owned by it: nothing in r's
 // buffers is referenced after the call. A body longer than 255 + lim.MaxKeyBytes +
@@ -298,26 +299,35 @@ func binResponseFromStatus(opcode uint8, code uint16) Status {
 	return StatusFromBinary(code)
 }
 
-// binReadMsg reads an error body of n bytes into resp.Msg, sharing memcached's usual texts
-// rather than allocating them again for every miss.
+// maxServerMsg bounds a server's error text kept for a client: memcached's are a few words.
+const maxServerMsg = 256
+
+// binReadMsg reads an error body of n bytes into resp.Msg, on one line and at most
+// maxServerMsg bytes of it (see OneLine), sharing memcached's usual texts rather than
+// allocating them again for every miss.
 func binReadMsg(r *bufio.Reader, n int, code uint16, resp *Response) error {
-	if n <= r.Size() {
-		b, err := r.Peek(n)
-		if err != nil {
-			return binNoEOF(err)
-		}
-		if msg := binStatusMsg(code); string(b) == msg {
-			resp.Msg = msg
-		} else {
-			resp.Msg = string(b)
-		}
-		_, err = r.Discard(n)
-		return err
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
+	b, err := r.Peek(min(n, maxServerMsg, r.Size()))
+	if err != nil {
 		return binNoEOF(err)
 	}
-	resp.Msg = string(b)
-	return nil
+	if msg := binStatusMsg(code); len(b) == n && string(b) == msg {
+		resp.Msg = msg
+	} else {
+		resp.Msg = string(OneLine(bytes.Clone(b)))
+	}
+	_, err = r.Discard(n)
+	return binNoEOF(err)
+}
+
+// OneLine replaces CR, LF and NUL in b with spaces, in place, and returns b. A server's text
+// given to a client (an error message) goes through it: a line break in it would end the
+// client's answer early and make the rest, a forged VALUE block say, the answer to the
+// client's next request; a NUL cuts a C client's string short.
+func OneLine(b []byte) []byte {
+	for i, c := range b {
+		if c == '\r' || c == '\n' || c == 0 {
+			b[i] = ' '
+		}
+	}
+	return b
 }

@@ -178,20 +178,26 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	pending.Commit(0) // nothing to retire
 
 	front := &frontend.Server{
-		Limits:         topology.Limits(cfg),
-		MaxConnections: cfg.Limits.MaxConnections,
-		Logger:         logger,
+		Limits:             topology.Limits(cfg),
+		MaxConnections:     cfg.Limits.MaxConnections,
+		MaxConnectionBytes: cfg.Limits.MaxConnectionBytes,
+		MaxBufferedBytes:   cfg.Limits.MaxBufferedBytes,
+		RequestTimeout:     cfg.Limits.RequestTimeout,
+		WriteTimeout:       cfg.Limits.WriteTimeout,
+		Logger:             logger,
 	}
 	front.RegisterMetrics(reg)
 	var rl *reload.Reloader // set below, before the first client connects
 	px := proxy.New(pending.Topology, proxy.Options{
-		Version:        version,
-		Settings:       func() []protocol.Stat { return settingStats(rl.Config()) },
-		Registry:       reg,
-		Connections:    front.Connections,
-		MaxConnections: cfg.Limits.MaxConnections,
-		MaxPending:     cfg.FireAndForget.MaxPending,
-		Logger:         logger,
+		Version:            version,
+		Settings:           func() []protocol.Stat { return settingStats(rl.Config()) },
+		Registry:           reg,
+		Connections:        front.Connections,
+		MaxConnections:     cfg.Limits.MaxConnections,
+		MaxPending:         cfg.FireAndForget.MaxPending,
+		MaxPendingBytes:    cfg.FireAndForget.MaxPendingBytes,
+		MaxBackgroundBytes: cfg.Limits.MaxBackgroundBytes,
+		Logger:             logger,
 	})
 	front.Handler, front.Rejected = px, px.CountRejected
 	rl = reload.New(reload.Options{

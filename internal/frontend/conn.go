@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
@@ -22,13 +24,14 @@ const (
 	// keepResponses bounds the response and key slices a task keeps between requests.
 	keepResponses = 256
 
-	// A connection's window: the requests it has in flight or waiting to be written hold at
-	// most windowKeys keys (a request counts its keys, a multi-key get at most one part's
-	// worth) and windowBytes of request bytes. Past it the reader stops reading, so that a
-	// client that pipelines without end, or does not read its answers, gets back-pressure
-	// instead of growing moxi's memory.
-	windowKeys  = 256
-	windowBytes = 4 << 20
+	// A connection's requests in flight or waiting to be written hold at most windowKeys
+	// keys (a request counts its keys, a multi-key get at most one part's worth), besides
+	// the byte account (account.go).
+	windowKeys = 256
+
+	// writeProgress is what a client must take of its pending answers (or all of them) in
+	// every WriteTimeout.
+	writeProgress = 64 << 10
 
 	// maxQuietBatch bounds the binary quiet gets answered as one multi-key get.
 	maxQuietBatch = 1024
@@ -40,7 +43,12 @@ const (
 	maxRunBytes    = 1 << 20
 )
 
-var errQuit = errors.New("client quit")
+var (
+	errQuit           = errors.New("client quit")
+	errRequestTimeout = errors.New("request not complete within request_timeout")
+	errWriteTimeout   = errors.New("answers not taken within write_timeout")
+	errPanic          = errors.New("panic while serving a request")
+)
 
 // conn is one client connection.
 //
@@ -81,13 +89,21 @@ type conn struct {
 	queue        []*task    // tasks whose answers are not yet written, in request order, from head; guarded by mu
 	head         int        // guarded by mu
 	windowUsed   int        // keys of the queued tasks; guarded by mu
-	windowFilled int        // request bytes of the queued tasks; guarded by mu
 	writing      bool       // a goroutine holds the writer token; guarded by mu
 	burst        bool       // the reader is decoding input already received: answers wait for the end of it; guarded by mu
 	busy         bool       // the reader is between idle reads (readBusy); guarded by mu
 	idleWorkers  int        // workers waiting on work; guarded by mu
 	work         chan *task // hands a task to an idle worker; nil tells it to exit
 	broken       error      // a write failed: answers are dropped; guarded by mu
+
+	// The byte account (account.go).
+	held   atomic.Int64  // this connection's bytes in the account
+	room   chan struct{} // capacity 1: signaled when held went down
+	perKey atomic.Int64  // the bytes an answer is expected to take per key
+	// Owned by the reader.
+	input        int64     // bytes read that no started request owns yet
+	reqSince     time.Time // when the request being read first waited for the socket; zero between requests
+	readDeadline bool      // a read deadline is set on nc
 
 	// Owned by the writer token's holder.
 	written []*task
@@ -96,14 +112,17 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn, affinity uint32) *conn {
-	c := &conn{s: s, nc: nc, chain: turn.NewChain(affinity)}
+	c := &conn{s: s, nc: nc, chain: turn.NewChain(affinity), room: make(chan struct{}, 1)}
 	c.cond.L = &c.mu
+	c.perKey.Store(int64(s.limits().MaxValueBytes))
 	return c
 }
 
-// Read feeds the bufio.Reader: first what the idle read got, then the socket. Before it
-// waits for the socket, the answers ready so far are written: none waits for a request that
-// has not fully arrived.
+// Read feeds the bufio.Reader: first what the idle read got, then the socket, which is read
+// only in the middle of a request (readBusy goes idle between requests). Before it waits for
+// the socket, the answers ready so far are written: none waits for a request that has not
+// fully arrived. It reads only while the byte account has room, and fails with
+// errRequestTimeout when the request is not complete within RequestTimeout.
 func (c *conn) Read(p []byte) (int, error) {
 	if len(c.pending) > 0 {
 		n := copy(p, c.pending)
@@ -111,9 +130,68 @@ func (c *conn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	c.endBurst()
+	var deadline time.Time
+	if c.s.RequestTimeout > 0 {
+		if c.reqSince.IsZero() {
+			c.reqSince = time.Now()
+		}
+		deadline = c.reqSince.Add(c.s.RequestTimeout)
+	}
+	if err := c.waitRoom(c.readRoomLocked, deadline); err != nil {
+		return 0, err
+	}
+	if !deadline.IsZero() && !c.s.closing.Load() {
+		_ = c.nc.SetReadDeadline(deadline)
+		c.readDeadline = true
+	}
 	n, err := c.nc.Read(p)
 	c.filled = n == len(p)
+	c.input += int64(n)
+	c.hold(int64(n))
+	if err != nil && !deadline.IsZero() && errors.Is(err, os.ErrDeadlineExceeded) && !c.s.closing.Load() {
+		err = errRequestTimeout
+	}
 	return n, err
+}
+
+// readRoomLocked reports whether the reader may read more of a request that has begun (see
+// account.go): within the connection's bound, or with nothing else to write; and within its
+// share of the global bound, or as the one connection the server lets past its share (see
+// Server.exempt), so that requests larger than their shares still complete one at a time
+// rather than all waiting on each other. The caller holds mu.
+func (c *conn) readRoomLocked() bool {
+	if c.broken != nil {
+		return true
+	}
+	if c.hasRoom(0, c.head < len(c.queue)) {
+		return true
+	}
+	s := c.s
+	return !c.overOwnLocked() && (s.exempt.Load() == c || s.exempt.CompareAndSwap(nil, c))
+}
+
+// idleRoomLocked reports whether the reader may read a new request. The caller holds mu.
+func (c *conn) idleRoomLocked() bool {
+	return c.broken != nil || c.hasRoom(0, c.head < len(c.queue))
+}
+
+// overOwnLocked reports whether c is past its own bound with answers to write. The caller
+// holds mu.
+func (c *conn) overOwnLocked() bool {
+	b := c.s.MaxConnectionBytes
+	return b > 0 && c.head < len(c.queue) && c.held.Load() > int64(b)
+}
+
+// settleInput counts, after a request was decoded, only the input still buffered (the next
+// requests) as the connection's input: what the request took is now its task's, or gone.
+func (c *conn) settleInput() {
+	now := int64(c.buffered() + len(c.pending))
+	c.hold(now - c.input)
+	c.input = now
+	c.reqSince = time.Time{}
+	if c.s.exempt.CompareAndSwap(c, nil) {
+		c.s.wakeRoom()
+	}
 }
 
 // beginBurst holds answers back while the reader decodes input already received, so that
@@ -149,7 +227,19 @@ func (c *conn) interrupt() {
 // Shutdown; then it waits until every request already read is answered, and closes.
 func (c *conn) serve() {
 	defer c.close()
+	defer c.drain()
+	defer c.recoverPanic(nil)
 	for !c.s.closing.Load() {
+		if err := c.waitRoom(c.idleRoomLocked, time.Time{}); err != nil {
+			break
+		}
+		if c.readDeadline {
+			_ = c.nc.SetReadDeadline(time.Time{}) // idle: no bound on the wait for the next request
+			c.readDeadline = false
+			if c.s.closing.Load() {
+				break // Shutdown's interrupt may have been undone
+			}
+		}
 		n, err := c.nc.Read(c.idle[:])
 		if n == 0 {
 			if err != nil {
@@ -158,17 +248,23 @@ func (c *conn) serve() {
 			continue
 		}
 		c.pending, c.filled = c.idle[:n], n == len(c.idle)
+		c.input += int64(n)
+		c.hold(int64(n))
 		c.acquire()
 		err = c.readBusy()
 		c.release()
+		c.hold(-c.input)
+		c.input, c.reqSince = 0, time.Time{}
 		if err != nil {
+			if errors.Is(err, errRequestTimeout) {
+				c.s.closedFor(closedRequestTimeout)
+			}
 			if !errors.Is(err, errQuit) && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				c.s.logger().Debug("client connection closed", "remote", c.nc.RemoteAddr().String(), "err", err)
 			}
 			break
 		}
 	}
-	c.drain()
 }
 
 // readBusy starts requests for as long as input is buffered. A request that arrived whole
@@ -179,17 +275,18 @@ func (c *conn) readBusy() error {
 	for {
 		rejected := false
 		err := c.readRequest()
+		c.settleInput()
 		if err == nil && c.batchable() {
 			c.startRun() // the run read before the quiet gets comes first
 			c.addToBatch()
-			if c.more() && len(c.batch) < maxQuietBatch {
+			if c.more() && len(c.batch) < maxQuietBatch && c.answerFits(len(c.batch)) {
 				continue // more may follow: answer them together
 			}
 			c.startBatch()
 		} else if err == nil && c.runnable() && (c.building != nil || c.more()) {
 			c.startBatch()
 			c.addToRun()
-			if c.more() && len(c.building.batch) < maxRunRequests && len(c.building.data) < maxRunBytes {
+			if c.more() && len(c.building.batch) < maxRunRequests && len(c.building.data) < maxRunBytes && c.answerFits(c.building.valueKeys) {
 				continue // more may follow: send them together
 			}
 			c.startRun()
@@ -239,6 +336,12 @@ func (c *conn) readBusy() error {
 				t.req = c.req
 				c.start(t)
 			}
+		}
+		c.mu.Lock()
+		broken := c.broken
+		c.mu.Unlock()
+		if broken != nil {
+			return broken // answers are dropped: starting more requests would only cost
 		}
 		if c.more() {
 			continue
@@ -311,6 +414,9 @@ func (c *conn) addToRun() {
 		c.building.single = true
 	}
 	t, r := c.building, c.req
+	if r.Op.IsRetrieval() || r.Op == protocol.OpMetaGet {
+		t.valueKeys++
+	}
 	if r.Op.IsMeta() {
 		// Its flags and key token too point into the decoder's buffers: the request gets
 		// a copy of its own (two allocations, against a round trip saved).
@@ -405,18 +511,29 @@ func (c *conn) readRequest() error {
 	return c.text.Read(&c.req)
 }
 
+// answerFits reports whether one more key's answer would keep a batch of keys within the
+// connection's bound at its estimate per key, so that a batch of gets answered as one is
+// not itself an answer past the bound.
+func (c *conn) answerFits(keys int) bool {
+	b := c.s.MaxConnectionBytes
+	return b <= 0 || int64(keys+1)*c.perKey.Load() <= int64(b)
+}
+
 // start queues t's answer and runs it: on the reader when it is alone (nothing before it
 // unanswered, nothing read behind it), else on a worker, in its turn.
 func (c *conn) start(t *task) {
 	r := &t.req
-	t.weight = 1
+	t.weight, t.requests = 1, 1
 	switch {
 	case t.single:
-		t.weight = len(t.batch)
+		t.weight, t.requests = len(t.batch), len(t.batch)
 	case r.Op.IsRetrieval():
 		part := c.s.partKeys()
 		t.weight = min(len(r.Keys), part)
 		t.stream = len(r.Keys) > part
+		t.valueKeys, t.requests = t.weight, max(1, len(t.batch))
+	case r.Op == protocol.OpMetaGet:
+		t.valueKeys = 1
 	}
 	alone := !c.more()
 	if !c.admit(t) {
@@ -432,28 +549,36 @@ func (c *conn) start(t *task) {
 	c.s.dispatch(t)
 }
 
-// admit waits for room in the window and queues t. It reports whether t is the only
-// request in the queue.
+// admit waits for room in the window and the byte account, and queues t: its request's
+// bytes and a reservation for its answer count in the account from now until the answer is
+// written. It reports whether t is the only request in the queue.
+//
+// A request with nothing queued before it is always admitted within the connection's own
+// bound (a lone request larger than the bound passes), but one whose answer carries values
+// waits while the connection would be past its share of the global bound: the bytes it would
+// hold are its answer's, not yet spent. They are estimated then by what answers measure
+// server-wide (Server.reserve), not by the connection's own cautious start, so that a new
+// client holding little is served while others hold the global bound. One without values
+// (a write) never waits then: its bytes are read already, and sending it on is how they are
+// let go.
 func (c *conn) admit(t *task) (only bool) {
-	n := t.bytes()
-	full := func() bool {
-		return c.head < len(c.queue) && (c.windowUsed+t.weight > windowKeys || c.windowFilled+n > windowBytes)
-	}
-	c.mu.Lock()
-	if full() {
-		c.mu.Unlock()
-		c.endBurst() // the answers due must leave to make room
-		c.mu.Lock()
-		for full() {
-			c.cond.Wait()
+	t.held = int64(t.bytes()) + c.reserve(t)
+	lone := int64(t.bytes()) + c.s.reserve(t)
+	_ = c.waitRoom(func() bool {
+		if c.broken != nil {
+			return true // answers are dropped: nothing will be held
 		}
-	}
+		if c.head < len(c.queue) {
+			return c.windowUsed+t.weight <= windowKeys && c.hasRoom(t.held, true)
+		}
+		return t.valueKeys == 0 || c.hasRoom(lone, false)
+	}, time.Time{})
+	c.mu.Lock()
 	c.windowUsed += t.weight
-	c.windowFilled += n
-	t.size = n
 	only = c.head == len(c.queue)
 	c.queue = append(c.queue, t)
 	c.mu.Unlock()
+	c.hold(t.held)
 	return only
 }
 
@@ -467,7 +592,14 @@ func (c *conn) answerNow(encode func(dst []byte) []byte) {
 
 // run handles t once every request before it has been dispatched, and completes it.
 func (c *conn) run(t *task) {
+	defer c.recoverPanic(t)
 	t.turn.Wait()
+	if hook := c.s.PanicHook; hook != nil {
+		hook(&t.req)
+		for i := range t.batch {
+			hook(&t.batch[i])
+		}
+	}
 	if t.stream {
 		c.stream(t)
 		return
@@ -484,6 +616,7 @@ func (c *conn) run(t *task) {
 	t.turn.Release()
 	c.s.observe(&t.req, t.resps)
 	t.out, _ = c.encode(t.out[:0], t, &t.req, t.resps, 0, true)
+	clear(t.resps) // the answer holds its values now: let the server's copies go
 	c.complete(t)
 }
 
@@ -529,7 +662,7 @@ func (c *conn) stream(t *task) {
 	for c.queue[c.head] != t || c.writing {
 		c.cond.Wait()
 	}
-	c.writing = true
+	c.writing, t.writer = true, true
 	broken := c.broken
 	c.mu.Unlock()
 
@@ -544,7 +677,7 @@ func (c *conn) stream(t *task) {
 		var ended bool
 		t.out, ended = c.encode(t.out[:0], t, &sub, t.resps, first, end == len(keys))
 		clear(t.resps)
-		if _, err := c.nc.Write(t.out); err != nil {
+		if err := c.write(t.out); err != nil {
 			broken = err
 		}
 		if ended {
@@ -558,6 +691,7 @@ func (c *conn) stream(t *task) {
 	}
 	t.turn.Release()
 	t.out = t.out[:0]
+	c.answered(t)
 	c.mu.Lock()
 	if broken != nil && c.broken == nil {
 		c.fail(broken)
@@ -566,9 +700,22 @@ func (c *conn) stream(t *task) {
 	c.writeLocked()
 }
 
+// answered puts t's answer, now made, in the place of its reservation in the byte account.
+func (c *conn) answered(t *task) {
+	if t.valueKeys > 0 && len(t.out) > 0 {
+		per := int64(len(t.out)) / int64(t.valueKeys)
+		c.perKey.Store(max(per, c.perKey.Load()/2, minPerKey))
+		c.s.measured(per)
+	}
+	held := int64(t.bytes()) + int64(len(t.out))
+	c.hold(held - t.held)
+	t.held = held
+}
+
 // complete marks t's answer ready and writes every answer that is now due, unless another
 // goroutine holds the writer token, which then writes it.
 func (c *conn) complete(t *task) {
+	c.answered(t)
 	c.mu.Lock()
 	t.done = true
 	if c.writing || c.burst || c.queue[c.head] != t {
@@ -618,13 +765,17 @@ func (c *conn) writeLocked() {
 		if broken == nil {
 			err = c.writeOut(c.written)
 		}
+		var released int64
+		for _, t := range c.written {
+			released += t.held
+		}
+		c.hold(-released)
 		c.mu.Lock()
 		if err != nil && c.broken == nil {
 			c.fail(err)
 		}
 		for _, t := range c.written {
 			c.windowUsed -= t.weight
-			c.windowFilled -= t.size
 			c.s.putTask(t)
 		}
 		clear(c.written)
@@ -639,8 +790,7 @@ func (c *conn) writeOut(tasks []*task) error {
 		if len(tasks[0].out) == 0 {
 			return nil
 		}
-		_, err := c.nc.Write(tasks[0].out)
-		return err
+		return c.write(tasks[0].out)
 	}
 	total := 0
 	for _, t := range tasks {
@@ -654,8 +804,7 @@ func (c *conn) writeOut(tasks []*task) error {
 		if len(c.wbuf) == 0 {
 			return nil
 		}
-		_, err := c.nc.Write(c.wbuf)
-		return err
+		return c.write(c.wbuf)
 	}
 	c.wbufs = c.wbufs[:0]
 	for _, t := range tasks {
@@ -664,10 +813,48 @@ func (c *conn) writeOut(tasks []*task) error {
 		}
 	}
 	keep := c.wbufs
-	_, err := c.wbufs.WriteTo(c.nc)
+	err := c.writeBuffers(&c.wbufs)
 	clear(keep)
 	c.wbufs = keep[:0]
 	return err
+}
+
+// write writes b to the client within WriteTimeout (see withProgress).
+func (c *conn) write(b []byte) error {
+	return c.withProgress(func() (int, error) {
+		n, err := c.nc.Write(b)
+		b = b[n:]
+		return n, err
+	})
+}
+
+// writeBuffers writes bufs to the client (writev), consuming them, within WriteTimeout.
+func (c *conn) writeBuffers(bufs *net.Buffers) error {
+	return c.withProgress(func() (int, error) {
+		n, err := bufs.WriteTo(c.nc)
+		return int(n), err
+	})
+}
+
+// withProgress runs write, which writes what is left of an answer to the client, until it
+// has all been written. The client must take writeProgress bytes, or all that is left, in
+// every WriteTimeout: one that stops reading costs its own connection, closed with
+// errWriteTimeout, and nobody else.
+func (c *conn) withProgress(write func() (int, error)) error {
+	timeout := c.s.WriteTimeout
+	for {
+		if timeout > 0 {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
+		}
+		n, err := write()
+		if err == nil || timeout <= 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		if n < writeProgress {
+			c.s.closedFor(closedWriteTimeout)
+			return errWriteTimeout
+		}
+	}
 }
 
 // fail records a failed write and closes the socket, so that the reader stops; the answers

@@ -6,11 +6,12 @@ package frontend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
+	"runtime/debug"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,9 +42,32 @@ type Server struct {
 	// (ERROR, CLIENT_ERROR or SERVER_ERROR) is queued: the handler never sees those.
 	Rejected func(*protocol.RequestError)
 
+	// The byte account's bounds (see account.go); 0 = none. MaxConnectionBytes bounds one
+	// connection, MaxBufferedBytes all of them together.
+	MaxConnectionBytes int
+	MaxBufferedBytes   int
+	// RequestTimeout bounds the arrival of a request whose first byte is here; WriteTimeout
+	// the time a client may take neither writeProgress bytes nor all of its pending answers.
+	// Past either the connection is closed. 0 = none.
+	RequestTimeout time.Duration
+	WriteTimeout   time.Duration
+	// PanicHook, when set, is called with each request before it is handled: a test makes
+	// it panic to see one request's panic cost its connection alone.
+	PanicHook func(*protocol.Request)
+
 	current atomic.Int64
 	total   atomic.Uint64 // connections accepted
 	refused atomic.Uint64 // connections refused over MaxConnections
+	panics  atomic.Uint64 // requests whose handling panicked
+	closed  [closeReasons]atomic.Uint64
+
+	// The byte account (see account.go).
+	buffered    atomic.Int64         // bytes of every connection's account
+	roomWaiters atomic.Int32         // connections waiting for room
+	roomMu      sync.Mutex           // guards roomCh
+	roomCh      chan struct{}        // closed by wakeRoom; nil until asked for
+	exempt      atomic.Pointer[conn] // the one connection let past its share to finish a request
+	perKey      atomic.Int64         // server-wide estimate of an answer's bytes per key (see measured)
 
 	readers  sync.Pool     // of *bufio.Reader, lent to connections while they are busy
 	work     chan *task    // hands a pipelined task to an idle worker (see dispatch)
@@ -69,8 +93,21 @@ type Server struct {
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("frontend: server closed")
 
-// RegisterMetrics exports moxi_connections_current and moxi_connections_total{result} to
-// reg.
+// Why moxi closed client connections, as moxi_connections_closed_total{reason} counts them.
+const (
+	closedRequestTimeout = iota
+	closedWriteTimeout
+	closedPanic
+	closeReasons
+)
+
+var closeReasonNames = [closeReasons]string{"request_timeout", "write_timeout", "panic"}
+
+// closedFor counts a connection closed for reason.
+func (s *Server) closedFor(reason int) { s.closed[reason].Add(1) }
+
+// RegisterMetrics exports moxi_connections_current, moxi_connections_total{result},
+// moxi_connections_closed_total{reason}, moxi_buffered_bytes and moxi_panics_total to reg.
 func (s *Server) RegisterMetrics(reg prometheus.Registerer) {
 	connections := func(result string, n *atomic.Uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -83,7 +120,57 @@ func (s *Server) RegisterMetrics(reg prometheus.Registerer) {
 		Name: "moxi_connections_current",
 		Help: "Client connections open now.",
 	}, func() float64 { return float64(s.current.Load()) }),
-		connections("accepted", &s.total), connections("rejected", &s.refused))
+		connections("accepted", &s.total), connections("rejected", &s.refused),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "moxi_buffered_bytes",
+			Help: "Bytes of client requests received but not finished and of answers not yet written, with the reservations of answers in flight (limits.max_buffered_bytes bounds it).",
+		}, func() float64 { return float64(s.buffered.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "moxi_panics_total",
+			Help: "Requests whose handling panicked; each closed its client connection.",
+		}, func() float64 { return float64(s.panics.Load()) }))
+	for reason, name := range closeReasonNames {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "moxi_connections_closed_total",
+			Help:        "Client connections moxi closed, by reason: request_timeout, write_timeout, panic.",
+			ConstLabels: prometheus.Labels{"reason": name},
+		}, func() float64 { return float64(s.closed[reason].Load()) }))
+	}
+}
+
+// recoverPanic, deferred, turns a panic while serving c into the end of c alone: the stack
+// is logged, the panic counted, c's socket closed and its answers still to come dropped; t,
+// the request that panicked (nil when the reader did), gives its turn on and completes, so
+// that the requests behind it do not wait for it.
+func (c *conn) recoverPanic(t *task) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	s := c.s
+	s.panics.Add(1)
+	s.closedFor(closedPanic)
+	s.logger().Error("panic while serving a request; its connection is closed", "remote", c.nc.RemoteAddr().String(),
+		"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	c.mu.Lock()
+	if c.broken == nil {
+		c.fail(errPanic)
+	}
+	c.mu.Unlock()
+	if t == nil {
+		return
+	}
+	t.turn.Release()
+	t.out = t.out[:0]
+	if !t.writer {
+		c.complete(t)
+		return
+	}
+	// A streamed answer panicked holding the writer token: give it up past t.
+	c.answered(t)
+	c.mu.Lock()
+	t.done = true
+	c.writeLocked()
 }
 
 // Connections reports the client connections open now and accepted since start.
@@ -106,15 +193,15 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.closing.Load() {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) {
-				// Out of file descriptors or a transient failure: back off instead of spinning.
-				tempDelay = min(max(2*tempDelay, 5*time.Millisecond), time.Second)
-				logger.Warn("accept failed; retrying", "err", err, "delay", tempDelay)
-				time.Sleep(tempDelay)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			// Out of file descriptors or memory, or any other failure of one accept: back off
+			// instead of spinning, and go on serving.
+			tempDelay = min(max(2*tempDelay, 5*time.Millisecond), time.Second)
+			logger.Warn("accept failed; retrying", "err", err, "delay", tempDelay)
+			time.Sleep(tempDelay)
+			continue
 		}
 		tempDelay = 0
 		if n := s.current.Add(1); s.MaxConnections > 0 && n > int64(s.MaxConnections) {
@@ -239,6 +326,10 @@ func (s *Server) removeConn(c *conn) {
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.current.Add(-1)
+	s.exempt.CompareAndSwap(c, nil)
+	if s.roomWaiters.Load() > 0 {
+		s.wakeRoom() // every share grew
+	}
 	s.done.Done()
 }
 

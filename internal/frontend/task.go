@@ -30,9 +30,12 @@ type task struct {
 
 	metaBytes int    // a run: the bytes its meta requests own (see ownMeta)
 	stream    bool   // a multi-key retrieval answered part by part (see conn.stream)
+	writer    bool   // a stream holding the connection's writer token; guarded by conn.mu
 	silent    bool   // moxi's own request, whose answer the client does not see
 	weight    int    // the keys the task counts in the connection's window (see conn.admit)
-	size      int    // the request bytes it counts there
+	requests  int    // the client requests it answers
+	valueKeys int    // the keys whose answers may carry a value (see conn.reserve)
+	held      int64  // its bytes in the connection's account: request, and answer or reservation
 	out       []byte // the encoded answer; nil until complete, or for a silent answer
 	done      bool   // complete: out is final; guarded by conn.mu
 }
@@ -114,7 +117,7 @@ func (t *task) own() {
 	t.data = d
 }
 
-// size is the bytes the task's request holds: what the connection's window counts.
+// bytes is the bytes the task's request holds, as the connection's account counts them.
 func (t *task) bytes() int {
 	if t.single {
 		return len(t.data) + t.metaBytes
@@ -139,7 +142,8 @@ func (t *task) reset() {
 	t.turn.Leave()
 	t.req = protocol.Request{}
 	t.keys, t.data, t.resps, t.batch, t.out, t.spans = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0], t.spans[:0]
-	t.stream, t.silent, t.single, t.weight, t.size, t.done, t.conn = false, false, false, 0, 0, false, nil
+	t.stream, t.writer, t.silent, t.single, t.weight, t.done, t.conn = false, false, false, false, 0, false, nil
+	t.requests, t.valueKeys, t.held = 0, 0, 0
 	t.metaBytes = 0
 	if cap(t.data) > keepOutput {
 		t.data = nil

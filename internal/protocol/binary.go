@@ -253,14 +253,11 @@ func (d *BinaryReader) Read(req *Request) error {
 	}
 
 	// bodyLen is now at most 255 + MaxKeyBytes + MaxValueBytes.
-	n := int(bodyLen)
-	if cap(d.buf) < n {
-		d.buf = make([]byte, n)
-	}
-	body := d.buf[:n]
-	if _, err := io.ReadFull(d.r, body); err != nil {
+	body, err := readGrowing(d.r, d.buf, int(bodyLen))
+	if err != nil {
 		return binNoEOF(err)
 	}
+	d.buf = body[:0]
 	ext := body[:extLen]
 	var key []byte
 	if keyLen > 0 {

@@ -134,15 +134,18 @@ func (d *TextReader) readLine() ([]byte, error) {
 		}
 		return nil, err
 	}
-	// The line is longer than r's buffer: collect it, up to the limit for its command.
+	// The line is longer than r's buffer: collect it as it arrives, up to the limit for its
+	// command, in pieces that cost what arrived; only a whole line is put together.
 	limit := d.lineLimit(s)
-	d.line = append(d.line[:0], s...)
+	var p pieces
+	defer p.release()
+	p.write(s)
 	for {
-		if len(d.line) > limit+1 { // +1: the "\r" not yet trimmed
-			return nil, d.tooLong(d.line, false)
+		if p.n > limit+1 { // +1: the "\r" not yet trimmed
+			return nil, d.tooLong(p.chunks[0][:], false) // the command is in the first chunk
 		}
 		s, err = d.r.ReadSlice('\n')
-		d.line = append(d.line, s...)
+		p.write(s)
 		if err == nil {
 			break
 		}
@@ -150,6 +153,7 @@ func (d *TextReader) readLine() ([]byte, error) {
 			return nil, textEOF(err)
 		}
 	}
+	d.line = p.appendTo(d.line[:0])
 	line := textTrimEOL(d.line)
 	if len(line) > limit {
 		return nil, d.tooLong(line, true)
@@ -245,13 +249,11 @@ func (d *TextReader) readValue(req *Request, n int) error {
 		d.discard = int64(total)
 		b = p
 	} else {
-		if cap(d.value) < total {
-			d.value = make([]byte, total)
-		}
-		b = d.value[:total]
-		if _, err := io.ReadFull(d.r, b); err != nil {
+		var err error
+		if b, err = readGrowing(d.r, d.value, total); err != nil {
 			return textEOF(err)
 		}
+		d.value = b[:0]
 	}
 	// memcached takes exactly n+2 bytes whatever they are, and answers a block without its
 	// "\r\n" with CLIENT_ERROR; whatever follows is read as the next command.

@@ -1,0 +1,154 @@
+package frontend
+
+import (
+	"net"
+	"time"
+)
+
+// The byte account bounds what clients make moxi hold, in bytes. A connection's held counts
+// the input read from its socket that no started request owns yet (a request arriving), the
+// request bytes of its requests in flight or not yet answered, a reservation for each answer
+// in flight, and its answers not yet written. Server.buffered is the sum over connections.
+//
+// Past MaxConnectionBytes a connection is not read, nor its decoded requests started, while
+// it has answers to write: the kernel's buffers and TCP push back on the client. Past
+// MaxBufferedBytes, the connections holding more than an equal share of it wait the same way,
+// a lone request included, so that the total stays bounded however many connections there
+// are, while a connection holding little is still read and answered.
+//
+// An answer's size is known only once its values have arrived, so a request in flight
+// reserves its connection's estimate per key (perKey): at first max_value_bytes, the
+// largest a value can be, then what the connection's answers measured, falling at most by
+// half per answer and rising at once.
+const (
+	// answerReserve is reserved for an answer without values (STORED, a binary header).
+	answerReserve = 64
+	// minPerKey is the least reserved per key of a retrieval.
+	minPerKey = 1 << 10
+)
+
+// hold adds n bytes (or releases -n) to the account of c and of the server.
+func (c *conn) hold(n int64) {
+	if n == 0 {
+		return
+	}
+	c.held.Add(n)
+	total := c.s.buffered.Add(n)
+	if n < 0 {
+		c.signalRoom()
+		if c.s.roomWaiters.Load() > 0 && (c.s.MaxBufferedBytes == 0 || total <= int64(c.s.MaxBufferedBytes)) {
+			c.s.wakeRoom()
+		}
+	}
+}
+
+// signalRoom tells c's reader, if it waits for room, that c's account went down.
+func (c *conn) signalRoom() {
+	select {
+	case c.room <- struct{}{}:
+	default:
+	}
+}
+
+// hasRoom reports whether c may take extra more bytes: false when that would put it past
+// its own bound while it has answers to write (queued), or past its share of the global
+// bound while the total is past it.
+func (c *conn) hasRoom(extra int64, queued bool) bool {
+	s := c.s
+	held := c.held.Load() + extra
+	if queued && s.MaxConnectionBytes > 0 && held > int64(s.MaxConnectionBytes) {
+		return false
+	}
+	if s.MaxBufferedBytes > 0 && s.buffered.Load()+extra > int64(s.MaxBufferedBytes) {
+		share := int64(s.MaxBufferedBytes) / max(1, s.current.Load())
+		if held > share {
+			return false
+		}
+	}
+	return true
+}
+
+// waitRoom waits until ok, which is asked under mu, reports room: after each write of
+// answers (or a failed one), and each time the global account goes back under its bound. It
+// fails with errRequestTimeout when deadline (unless zero) passes first, and with
+// net.ErrClosed at Shutdown. ok must report room once c's writes have failed: answers are
+// dropped then, and their bytes released.
+func (c *conn) waitRoom(ok func() bool, deadline time.Time) error {
+	c.mu.Lock()
+	room := ok()
+	c.mu.Unlock()
+	if room {
+		return nil
+	}
+	c.endBurst() // the answers due must leave to make room
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	s := c.s
+	s.roomWaiters.Add(1)
+	defer s.roomWaiters.Add(-1)
+	for {
+		// Taken before the check, so that a wake-up between the check and the wait is not lost.
+		global := s.roomSignal()
+		c.mu.Lock()
+		room := ok()
+		c.mu.Unlock()
+		switch {
+		case room:
+			return nil
+		case s.closing.Load():
+			return net.ErrClosed
+		}
+		select {
+		case <-c.room:
+		case <-global:
+		case <-timeout:
+			return errRequestTimeout
+		}
+	}
+}
+
+// roomSignal returns the channel that the next wakeRoom closes.
+func (s *Server) roomSignal() <-chan struct{} {
+	s.roomMu.Lock()
+	defer s.roomMu.Unlock()
+	if s.roomCh == nil {
+		s.roomCh = make(chan struct{})
+	}
+	return s.roomCh
+}
+
+// wakeRoom wakes every connection waiting for room in the global account: the total went
+// back under its bound, or a connection closed (every share grew).
+func (s *Server) wakeRoom() {
+	s.roomMu.Lock()
+	if s.roomCh != nil {
+		close(s.roomCh)
+		s.roomCh = nil
+	}
+	s.roomMu.Unlock()
+}
+
+// reserve is what task t reserves in the account for its answer while in flight.
+func (c *conn) reserve(t *task) int64 {
+	return reserveFor(t, c.perKey.Load())
+}
+
+// reserve is what task t would reserve at the server-wide estimate per key.
+func (s *Server) reserve(t *task) int64 {
+	return reserveFor(t, max(s.perKey.Load(), minPerKey))
+}
+
+func reserveFor(t *task, perKey int64) int64 {
+	return int64(t.requests)*answerReserve + int64(t.valueKeys)*perKey
+}
+
+// measured folds an answer's bytes per key into the server-wide estimate: it rises at once
+// and falls by a sixteenth per answer, so that it stays near the largest values being read.
+func (s *Server) measured(per int64) {
+	old := s.perKey.Load()
+	s.perKey.Store(max(per, old-old/16)) // a lost update between racing callers is harmless
+}

@@ -84,17 +84,17 @@ type conn struct {
 	batchKeyEnds [][2]int // each key's start and end in batchKeys
 	building     *task    // pipelined single-key requests read but not yet started (see addToRun)
 
-	mu           sync.Mutex
-	cond         sync.Cond  // broadcast when answers were written or the writer token is free
-	queue        []*task    // tasks whose answers are not yet written, in request order, from head; guarded by mu
-	head         int        // guarded by mu
-	windowUsed   int        // keys of the queued tasks; guarded by mu
-	writing      bool       // a goroutine holds the writer token; guarded by mu
-	burst        bool       // the reader is decoding input already received: answers wait for the end of it; guarded by mu
-	busy         bool       // the reader is between idle reads (readBusy); guarded by mu
-	idleWorkers  int        // workers waiting on work; guarded by mu
-	work         chan *task // hands a task to an idle worker; nil tells it to exit
-	broken       error      // a write failed: answers are dropped; guarded by mu
+	mu          sync.Mutex
+	cond        sync.Cond  // broadcast when answers were written or the writer token is free
+	queue       []*task    // tasks whose answers are not yet written, in request order, from head; guarded by mu
+	head        int        // guarded by mu
+	windowUsed  int        // keys of the queued tasks; guarded by mu
+	writing     bool       // a goroutine holds the writer token; guarded by mu
+	burst       bool       // the reader is decoding input already received: answers wait for the end of it; guarded by mu
+	busy        bool       // the reader is between idle reads (readBusy); guarded by mu
+	idleWorkers int        // workers waiting on work; guarded by mu
+	work        chan *task // hands a task to an idle worker; nil tells it to exit
+	broken      error      // a write failed: answers are dropped; guarded by mu
 
 	// The byte account (account.go).
 	held   atomic.Int64  // this connection's bytes in the account

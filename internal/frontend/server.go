@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 

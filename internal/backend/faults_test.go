@@ -129,6 +129,9 @@ func TestDrippingAnswerTimesOut(t *testing.T) {
 			const timeout = 10 * time.Second
 			s := newServer(t, f.addr(), Options{Connections: 1, Timeout: timeout, FailureLimit: 2, RetryMin: time.Hour, RetryMax: time.Hour})
 			for i := range 2 {
+				// The connection the first answer closed is redialed in the background: a
+				// request before that would find it down (a failure of its own).
+				waitFor(t, "the connection redialed", func() bool { return s.Counters().ConnectionsUp > 0 })
 				start := time.Now()
 				var resps [1]protocol.Response
 				err := s.Do(context.Background(), tt.req(t), resps[:])

@@ -19,7 +19,9 @@ import (
 // An answer's size is known only once its values have arrived, so a request in flight
 // reserves its connection's estimate per key (perKey): at first max_value_bytes, the
 // largest a value can be, then what the connection's answers measured, falling at most by
-// half per answer and rising at once.
+// half per key answered and rising at once. A trained estimate is a known limit: a client
+// that reads small values and then pipelines large ones overshoots its bound once, by the
+// answers it had in flight then (see docs/resource-bounds.md).
 const (
 	// answerReserve is reserved for an answer without values (STORED, a binary header).
 	answerReserve = 64

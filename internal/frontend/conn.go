@@ -279,7 +279,7 @@ func (c *conn) readBusy() error {
 		if err == nil && c.batchable() {
 			c.startRun() // the run read before the quiet gets comes first
 			c.addToBatch()
-			if c.more() && len(c.batch) < maxQuietBatch && c.answerFits(len(c.batch)) {
+			if c.more() && len(c.batch) < maxQuietBatch {
 				continue // more may follow: answer them together
 			}
 			c.startBatch()
@@ -511,9 +511,9 @@ func (c *conn) readRequest() error {
 	return c.text.Read(&c.req)
 }
 
-// answerFits reports whether one more key's answer would keep a batch of keys within the
-// connection's bound at its estimate per key, so that a batch of gets answered as one is
-// not itself an answer past the bound.
+// answerFits reports whether one more key's answer would keep a run within the connection's
+// bound at its estimate per key, so that a run of gets, answered as one, is not itself an
+// answer past the bound. (A multi-key get is answered in parts instead, see stream.)
 func (c *conn) answerFits(keys int) bool {
 	b := c.s.MaxConnectionBytes
 	return b <= 0 || int64(keys+1)*c.perKey.Load() <= int64(b)
@@ -704,7 +704,7 @@ func (c *conn) stream(t *task) {
 func (c *conn) answered(t *task) {
 	if t.valueKeys > 0 && len(t.out) > 0 {
 		per := int64(len(t.out)) / int64(t.valueKeys)
-		c.perKey.Store(max(per, c.perKey.Load()/2, minPerKey))
+		c.perKey.Store(max(per, c.perKey.Load()>>min(t.valueKeys, 62), minPerKey))
 		c.s.measured(per)
 	}
 	held := int64(t.bytes()) + int64(len(t.out))
@@ -780,6 +780,7 @@ func (c *conn) writeLocked() {
 		}
 		clear(c.written)
 		c.cond.Broadcast()
+		c.signalRoom() // the window has room again, whatever the account says
 	}
 }
 

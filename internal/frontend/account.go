@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"math"
 	"net"
 	"time"
 )
@@ -61,13 +62,18 @@ func (c *conn) hasRoom(extra int64, queued bool) bool {
 	if queued && s.MaxConnectionBytes > 0 && held > int64(s.MaxConnectionBytes) {
 		return false
 	}
-	if s.MaxBufferedBytes > 0 && s.buffered.Load()+extra > int64(s.MaxBufferedBytes) {
-		share := int64(s.MaxBufferedBytes) / max(1, s.current.Load())
-		if held > share {
-			return false
-		}
+	if s.MaxBufferedBytes > 0 && s.buffered.Load()+extra > int64(s.MaxBufferedBytes) && held > s.share() {
+		return false
 	}
 	return true
+}
+
+// share is a connection's equal share of the global bound (unbounded without one).
+func (s *Server) share() int64 {
+	if s.MaxBufferedBytes <= 0 {
+		return math.MaxInt64 / 2
+	}
+	return int64(s.MaxBufferedBytes) / max(1, s.current.Load())
 }
 
 // waitRoom waits until ok, which is asked under mu, reports room: after each write of
@@ -137,11 +143,6 @@ func (s *Server) wakeRoom() {
 // reserve is what task t reserves in the account for its answer while in flight.
 func (c *conn) reserve(t *task) int64 {
 	return reserveFor(t, c.perKey.Load())
-}
-
-// reserve is what task t would reserve at the server-wide estimate per key.
-func (s *Server) reserve(t *task) int64 {
-	return reserveFor(t, max(s.perKey.Load(), minPerKey))
 }
 
 func reserveFor(t *task, perKey int64) int64 {

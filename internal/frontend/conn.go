@@ -97,9 +97,10 @@ type conn struct {
 	broken      error      // a write failed: answers are dropped; guarded by mu
 
 	// The byte account (account.go).
-	held   atomic.Int64  // this connection's bytes in the account
-	room   chan struct{} // capacity 1: signaled when held went down
-	perKey atomic.Int64  // the bytes an answer is expected to take per key
+	held     atomic.Int64  // this connection's bytes in the account
+	room     chan struct{} // capacity 1: signaled when held went down
+	perKey   atomic.Int64  // the bytes an answer is expected to take per key
+	measured atomic.Bool   // perKey was measured on an answer, not guessed
 	// Owned by the reader.
 	input        int64     // bytes read that no started request owns yet
 	reqSince     time.Time // when the request being read first waited for the socket; zero between requests
@@ -553,25 +554,33 @@ func (c *conn) start(t *task) {
 // bytes and a reservation for its answer count in the account from now until the answer is
 // written. It reports whether t is the only request in the queue.
 //
-// A request with nothing queued before it is always admitted within the connection's own
-// bound (a lone request larger than the bound passes), but one whose answer carries values
-// waits while the connection would be past its share of the global bound: the bytes it would
-// hold are its answer's, not yet spent. They are estimated then by what answers measure
-// server-wide (Server.reserve), not by the connection's own cautious start, so that a new
-// client holding little is served while others hold the global bound. One without values
-// (a write) never waits then: its bytes are read already, and sending it on is how they are
-// let go.
+// A request with nothing queued before it is admitted within the connection's own bound (a
+// lone request larger than the bound passes), but one whose answer carries values waits
+// while it would take the connection past its share of the global bound: the bytes it would
+// hold are its answer's, not yet spent. Its answer is estimated then by the smaller of the
+// connection's estimate and the server's (see Server.measured), and a connection's first
+// answer at most at its share, so that a new client holding little is served while others
+// hold the global bound. One without values (a write) never waits then: its bytes are read
+// already, and sending it on is how they are let go.
 func (c *conn) admit(t *task) (only bool) {
-	t.held = int64(t.bytes()) + c.reserve(t)
-	lone := int64(t.bytes()) + c.s.reserve(t)
+	bytes := int64(t.bytes())
+	own := bytes + c.reserve(t)
+	lone := bytes + reserveFor(t, min(c.perKey.Load(), max(c.s.perKey.Load(), minPerKey)))
+	if !c.measured.Load() {
+		lone = min(lone, bytes+c.s.share())
+	}
 	_ = c.waitRoom(func() bool {
-		if c.broken != nil {
-			return true // answers are dropped: nothing will be held
+		switch {
+		case c.broken != nil:
+			t.held = own // answers are dropped: nothing will be held long
+		case c.head < len(c.queue):
+			t.held = own
+			return c.windowUsed+t.weight <= windowKeys && c.hasRoom(own, true)
+		default:
+			t.held = lone
+			return t.valueKeys == 0 || c.hasRoom(lone, false)
 		}
-		if c.head < len(c.queue) {
-			return c.windowUsed+t.weight <= windowKeys && c.hasRoom(t.held, true)
-		}
-		return t.valueKeys == 0 || c.hasRoom(lone, false)
+		return true
 	}, time.Time{})
 	c.mu.Lock()
 	c.windowUsed += t.weight
@@ -705,6 +714,7 @@ func (c *conn) answered(t *task) {
 	if t.valueKeys > 0 && len(t.out) > 0 {
 		per := int64(len(t.out)) / int64(t.valueKeys)
 		c.perKey.Store(max(per, c.perKey.Load()>>min(t.valueKeys, 62), minPerKey))
+		c.measured.Store(true)
 		c.s.measured(per)
 	}
 	held := int64(t.bytes()) + int64(len(t.out))

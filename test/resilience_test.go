@@ -293,43 +293,13 @@ func poll(limit time.Duration, cond func() bool) bool {
 // faultListener is a server that misbehaves in one way, for as long as the test runs.
 func faultListener(t *testing.T, kind string) string {
 	t.Helper()
-	if kind == "refuses" {
+	switch kind {
+	case "refuses":
 		return memcachedtest.FreeAddr(t) // nothing listens there
+	case "closes after accepting":
+		return memcachedtest.StartFake(t, func(c net.Conn) { c.Close() }).Addr
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if kind == "closes after accepting" {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c) // "accepts and never answers": hold it open, read nothing
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
+	return memcachedtest.Blackhole(t) // "accepts and never answers": held open, nothing read
 }
 
 // TestFaultyServers: a server that pauses (SIGSTOP), one that accepts and never answers,

@@ -2,7 +2,6 @@ package test
 
 import (
 	"bufio"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -22,15 +21,7 @@ import (
 // writes on its connection, until answer fails or the test ends.
 func binaryFake(t *testing.T, answer func(c net.Conn, req *protocol.Request) error) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	var wg sync.WaitGroup
-	serve := func(c net.Conn) {
-		defer wg.Done()
+	return memcachedtest.StartFake(t, func(c net.Conn) {
 		defer c.Close()
 		dec := protocol.NewBinaryReader(bufio.NewReader(c), protocol.DefaultLimits())
 		var req protocol.Request
@@ -39,48 +30,13 @@ func binaryFake(t *testing.T, answer func(c net.Conn, req *protocol.Request) err
 				return
 			}
 		}
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go serve(c)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
-}
-
-// binaryHeader is a response header for req: status, and a body of bodyLen bytes.
-func binaryHeader(req *protocol.Request, magic byte, status uint16, extLen uint8, bodyLen uint32) []byte {
-	h := make([]byte, 24)
-	h[0], h[1], h[4] = magic, req.Opcode, extLen
-	binary.BigEndian.PutUint16(h[6:], status)
-	binary.BigEndian.PutUint32(h[8:], bodyLen)
-	binary.BigEndian.PutUint32(h[12:], req.Opaque)
-	return h
+	}).Addr
 }
 
 // drip answers any request with a header announcing a 1 MB body, then sends the body one
 // byte per 100 ms: never silent, so a timeout that measures silence never ends it.
 func drip(c net.Conn, req *protocol.Request) error {
-	if _, err := c.Write(binaryHeader(req, 0x81, 0, 0, 1_000_000)); err != nil {
+	if _, err := c.Write(memcachedtest.BinaryHeader(req, 0x81, 0, 0, 1_000_000)); err != nil {
 		return err
 	}
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -281,7 +237,7 @@ func readAnswer(r *bufio.Reader) (string, error) {
 
 // errorAnswer is a temporary failure (0x0086) answer to req with text as its message.
 func errorAnswer(req *protocol.Request, text string) []byte {
-	return append(binaryHeader(req, 0x81, 0x86, 0, uint32(len(text))), text...)
+	return append(memcachedtest.BinaryHeader(req, 0x81, 0x86, 0, uint32(len(text))), text...)
 }
 
 // TestServerTextOneLine: whatever a server answers, a text client gets exactly one
@@ -297,10 +253,10 @@ func TestServerTextOneLine(t *testing.T) {
 		{"error text with line breaks", func(req *protocol.Request) []byte { return errorAnswer(req, forged) }},
 		{"NUL in error text", func(req *protocol.Request) []byte { return errorAnswer(req, "oops\x00END") }},
 		{"bad magic", func(req *protocol.Request) []byte {
-			return append(binaryHeader(req, 0x80, 0, 0, 9), "VALUE k 0"...)
+			return append(memcachedtest.BinaryHeader(req, 0x80, 0, 0, 9), "VALUE k 0"...)
 		}},
 		{"extras longer than the body", func(req *protocol.Request) []byte {
-			return append(binaryHeader(req, 0x81, 0, 200, 9), "\r\nEND\r\n\r\n"...)
+			return append(memcachedtest.BinaryHeader(req, 0x81, 0, 200, 9), "\r\nEND\r\n\r\n"...)
 		}},
 	}
 	for _, a := range answers {
@@ -308,7 +264,7 @@ func TestServerTextOneLine(t *testing.T) {
 			fake := binaryFake(t, func(c net.Conn, req *protocol.Request) error {
 				out := a.answer(req)
 				if req.Op == protocol.OpNoop { // the prober's: answered properly
-					out = binaryHeader(req, 0x81, 0, 0, 0)
+					out = memcachedtest.BinaryHeader(req, 0x81, 0, 0, 0)
 				}
 				_, err := c.Write(out)
 				return err

@@ -3,70 +3,28 @@ package backend
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
-// rawFake is a server whose every connection serve handles, byte for byte.
-type rawFake struct {
-	ln      net.Listener
-	accepts atomic.Int32
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	conns   []net.Conn
-}
-
-func startRawFake(t *testing.T, serve func(c net.Conn)) *rawFake {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &rawFake{ln: ln}
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			f.accepts.Add(1)
-			f.mu.Lock()
-			f.conns = append(f.conns, c)
-			f.mu.Unlock()
-			f.wg.Add(1)
-			go func() {
-				defer f.wg.Done()
-				defer c.Close()
-				serve(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		f.mu.Lock()
-		for _, c := range f.conns {
-			c.Close()
-		}
-		f.mu.Unlock()
-		f.wg.Wait()
+// startRawFake is a server whose every connection serve handles, byte for byte; the
+// connection is closed when serve returns.
+func startRawFake(t *testing.T, serve func(c net.Conn)) *memcachedtest.Fake {
+	return memcachedtest.StartFake(t, func(c net.Conn) {
+		defer c.Close()
+		serve(c)
 	})
-	return f
 }
-
-func (f *rawFake) addr() string { return f.ln.Addr().String() }
 
 // binaryRequests calls answer for each binary request read from c, until either fails.
 func binaryRequests(c net.Conn, answer func(req *protocol.Request) error) {
@@ -74,16 +32,6 @@ func binaryRequests(c net.Conn, answer func(req *protocol.Request) error) {
 	var req protocol.Request
 	for dec.Read(&req) == nil && answer(&req) == nil {
 	}
-}
-
-// header is a response header for req with magic, status, extras length and body length.
-func header(req *protocol.Request, magic byte, status uint16, extLen uint8, bodyLen uint32) []byte {
-	h := make([]byte, 24)
-	h[0], h[1], h[4] = magic, req.Opcode, extLen
-	binary.BigEndian.PutUint16(h[6:], status)
-	binary.BigEndian.PutUint32(h[8:], bodyLen)
-	binary.BigEndian.PutUint32(h[12:], req.Opaque)
-	return h
 }
 
 // dripFrom sends head, then a byte per 100 ms until the connection fails: an answer that
@@ -114,7 +62,7 @@ func TestDrippingAnswerTimesOut(t *testing.T) {
 	}{
 		{"binary", func(c net.Conn) {
 			binaryRequests(c, func(req *protocol.Request) error {
-				return dripFrom(c, header(req, 0x81, 0, 0, 1_000_000))
+				return dripFrom(c, memcachedtest.BinaryHeader(req, 0x81, 0, 0, 1_000_000))
 			})
 		}, func(*testing.T) *protocol.Request { return &protocol.Request{Op: protocol.OpGet, Keys: keys("k")} }},
 		{"meta", func(c net.Conn) {
@@ -127,7 +75,7 @@ func TestDrippingAnswerTimesOut(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := startRawFake(t, tt.serve)
 			const timeout = 10 * time.Second
-			s := newServer(t, f.addr(), Options{Connections: 1, Timeout: timeout, FailureLimit: 2, RetryMin: time.Hour, RetryMax: time.Hour})
+			s := newServer(t, f.Addr, Options{Connections: 1, Timeout: timeout, FailureLimit: 2, RetryMin: time.Hour, RetryMax: time.Hour})
 			for i := range 2 {
 				// The connection the first answer closed is redialed in the background: a
 				// request before that would find it down (a failure of its own).
@@ -156,7 +104,7 @@ func TestDrippingAnswerTimesOut(t *testing.T) {
 func TestLateReaderIsNotASlowAnswer(t *testing.T) {
 	answer := make([]byte, 4<<20) // more than the socket buffers hold: the server waits for moxi
 	f := startRawFake(t, func(c net.Conn) { _, _ = c.Write(answer) })
-	nc, err := net.Dial("tcp", f.addr())
+	nc, err := net.Dial("tcp", f.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,10 +198,14 @@ func TestServerErrorText(t *testing.T) {
 		closes bool   // the answer closes the connection
 		msg    string // else the answer's Msg
 	}{
-		{"bad magic", func(req *protocol.Request) []byte { return append(header(req, 0x80, 0, 0, 9), "VALUE k 0"...) }, true, ""},
-		{"extras past the body", func(req *protocol.Request) []byte { return append(header(req, 0x81, 0, 200, 9), "\r\nEND\r\n\r\n"...) }, true, ""},
+		{"bad magic", func(req *protocol.Request) []byte {
+			return append(memcachedtest.BinaryHeader(req, 0x80, 0, 0, 9), "VALUE k 0"...)
+		}, true, ""},
+		{"extras past the body", func(req *protocol.Request) []byte {
+			return append(memcachedtest.BinaryHeader(req, 0x81, 0, 200, 9), "\r\nEND\r\n\r\n"...)
+		}, true, ""},
 		{"forged error text", func(req *protocol.Request) []byte {
-			return append(header(req, 0x81, 0x86, 0, uint32(len(forged))), forged...)
+			return append(memcachedtest.BinaryHeader(req, 0x81, 0x86, 0, uint32(len(forged))), forged...)
 		}, false, strings.NewReplacer("\r", " ", "\n", " ").Replace(forged)},
 	}
 	for _, tt := range tests {
@@ -261,7 +213,7 @@ func TestServerErrorText(t *testing.T) {
 			var answered atomic.Int32
 			f := startRawFake(t, func(c net.Conn) {
 				binaryRequests(c, func(req *protocol.Request) error {
-					out := append(header(req, 0x81, 0, 4, 6), 0, 0, 0, 0, 'o', 'k')
+					out := append(memcachedtest.BinaryHeader(req, 0x81, 0, 4, 6), 0, 0, 0, 0, 'o', 'k')
 					if answered.Add(1) == 1 {
 						out = tt.first(req)
 					}
@@ -269,7 +221,7 @@ func TestServerErrorText(t *testing.T) {
 					return err
 				})
 			})
-			s := newServer(t, f.addr(), Options{Connections: 1, Timeout: 5 * time.Second, FailureLimit: 100, RetryMin: 10 * time.Millisecond})
+			s := newServer(t, f.Addr, Options{Connections: 1, Timeout: 5 * time.Second, FailureLimit: 100, RetryMin: 10 * time.Millisecond})
 			r, err := getKey(t, s, "k")
 			switch {
 			case tt.closes && (err == nil || errors.Is(err, ErrTimeout)):
@@ -282,11 +234,11 @@ func TestServerErrorText(t *testing.T) {
 				r, err := getKey(t, s, "k")
 				return err == nil && string(r.Value) == "ok"
 			})
-			want := int32(1)
+			want := 1
 			if tt.closes {
 				want = 2
 			}
-			if n := f.accepts.Load(); n != want {
+			if n := f.Accepts(); n != want {
 				t.Errorf("%d connections, want %d", n, want)
 			}
 		})

@@ -82,24 +82,6 @@ func withMetrics(t testing.TB, s *frontend.Server) *prometheus.Registry {
 	return reg
 }
 
-// serveOn is startServer over a listener of the test's making.
-func serveOn(t testing.TB, s *frontend.Server, ln net.Listener) *testServer {
-	t.Helper()
-	ts := &testServer{Server: s, addr: ln.Addr().String(), ln: &countingListener{Listener: ln}, served: make(chan error, 1)}
-	go func() { ts.served <- s.Serve(ts.ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-ts.served; !errors.Is(err, frontend.ErrServerClosed) {
-			t.Errorf("Serve returned %v, want ErrServerClosed", err)
-		}
-	})
-	return ts
-}
-
 // dialSmall dials a client whose socket receive buffer is small, set before the handshake
 // so that the window it advertises is small from the start: what the client does not read
 // soon pushes back on the server's writes instead of filling megabytes of kernel buffers.

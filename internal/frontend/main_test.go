@@ -98,6 +98,12 @@ func startServer(t testing.TB, s *frontend.Server) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, s, ln)
+}
+
+// serveOn serves s on ln, a listener of the test's making, until the test ends.
+func serveOn(t testing.TB, s *frontend.Server, ln net.Listener) *testServer {
+	t.Helper()
 	ts := &testServer{Server: s, addr: ln.Addr().String(), ln: &countingListener{Listener: ln}, served: make(chan error, 1)}
 	go func() { ts.served <- s.Serve(ts.ln) }()
 	t.Cleanup(func() {

@@ -3,14 +3,18 @@
 package memcachedtest
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // Server is a running memcached.
@@ -132,37 +136,74 @@ func Stats(t testing.TB, addr string) map[string]string {
 	return stats
 }
 
-// Blackhole is the address of a loopback listener that accepts connections and never
-// answers (a server that hangs); it closes with the test.
-func Blackhole(t testing.TB) string {
+// Fake is a loopback server whose every connection serve handles: a server that
+// misbehaves as the test needs. A connection stays open when serve returns, until the test
+// ends; then the listener and every connection are closed, and Fake waits for serve to
+// return.
+type Fake struct {
+	Addr    string
+	accepts atomic.Int32
+}
+
+// Accepts is the number of connections accepted so far.
+func (f *Fake) Accepts() int { return int(f.accepts.Load()) }
+
+// StartFake starts a Fake.
+func StartFake(t testing.TB, serve func(c net.Conn)) *Fake {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := &Fake{Addr: ln.Addr().String()}
 	var mu sync.Mutex
 	var conns []net.Conn
-	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
-		defer close(done)
+		defer wg.Done()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			f.accepts.Add(1)
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				serve(c)
+			}()
 		}
 	}()
 	t.Cleanup(func() {
 		ln.Close()
-		<-done
 		mu.Lock()
 		for _, c := range conns {
 			c.Close()
 		}
 		mu.Unlock()
+		wg.Wait()
 	})
-	return ln.Addr().String()
+	return f
+}
+
+// Blackhole is the address of a loopback server that accepts connections and never
+// answers nor reads (a server that hangs); it closes with the test.
+func Blackhole(t testing.TB) string {
+	t.Helper()
+	return StartFake(t, func(net.Conn) {}).Addr
+}
+
+// BinaryHeader is the header of a binary-protocol answer to req, as a server that may lie
+// would send it: magic, status, extras length and body length as given.
+func BinaryHeader(req *protocol.Request, magic byte, status uint16, extLen uint8, bodyLen uint32) []byte {
+	h := make([]byte, 24)
+	h[0], h[1], h[4] = magic, req.Opcode, extLen
+	binary.BigEndian.PutUint16(h[6:], status)
+	binary.BigEndian.PutUint32(h[8:], bodyLen)
+	binary.BigEndian.PutUint32(h[12:], req.Opaque)
+	return h
 }

@@ -85,16 +85,17 @@ type conn struct {
 	building     *task    // pipelined single-key requests read but not yet started (see addToRun)
 
 	mu          sync.Mutex
-	cond        sync.Cond  // broadcast when answers were written or the writer token is free
-	queue       []*task    // tasks whose answers are not yet written, in request order, from head; guarded by mu
-	head        int        // guarded by mu
-	windowUsed  int        // keys of the queued tasks; guarded by mu
-	writing     bool       // a goroutine holds the writer token; guarded by mu
-	burst       bool       // the reader is decoding input already received: answers wait for the end of it; guarded by mu
-	busy        bool       // the reader is between idle reads (readBusy); guarded by mu
-	idleWorkers int        // workers waiting on work; guarded by mu
-	work        chan *task // hands a task to an idle worker; nil tells it to exit
-	broken      error      // a write failed: answers are dropped; guarded by mu
+	cond        sync.Cond   // broadcast when answers were written or the writer token is free
+	queue       []*task     // tasks whose answers are not yet written, in request order, from head; guarded by mu
+	head        int         // guarded by mu
+	windowUsed  int         // keys of the queued tasks; guarded by mu
+	writing     bool        // a goroutine holds the writer token; guarded by mu
+	burst       bool        // the reader is decoding input already received: answers wait for the end of it; guarded by mu
+	busy        bool        // the reader is between idle reads (readBusy); guarded by mu
+	idleWorkers int         // workers waiting on work; guarded by mu
+	work        chan *task  // hands a task to an idle worker; nil tells it to exit
+	broken      error       // a write failed: answers are dropped; guarded by mu
+	failed      atomic.Bool // broken is set: for the reader, without mu
 
 	// The byte account (account.go).
 	held     atomic.Int64  // this connection's bytes in the account
@@ -190,7 +191,7 @@ func (c *conn) settleInput() {
 	c.hold(now - c.input)
 	c.input = now
 	c.reqSince = time.Time{}
-	if c.s.exempt.CompareAndSwap(c, nil) {
+	if c.s.exempt.Load() == c && c.s.exempt.CompareAndSwap(c, nil) {
 		c.s.wakeRoom()
 	}
 }
@@ -338,11 +339,8 @@ func (c *conn) readBusy() error {
 				c.start(t)
 			}
 		}
-		c.mu.Lock()
-		broken := c.broken
-		c.mu.Unlock()
-		if broken != nil {
-			return broken // answers are dropped: starting more requests would only cost
+		if c.failed.Load() {
+			return net.ErrClosed // answers are dropped: starting more requests would only cost
 		}
 		if c.more() {
 			continue
@@ -872,6 +870,7 @@ func (c *conn) withProgress(write func() (int, error)) error {
 // still to come are dropped. The caller holds mu.
 func (c *conn) fail(err error) {
 	c.broken = err
+	c.failed.Store(true)
 	_ = c.nc.Close()
 }
 

@@ -215,13 +215,17 @@ func (c *conn) unread() bool {
 	return nc != nil && sockpeek.Waiting(nc)
 }
 
-// waitReady waits for a dial in progress to end, up to timeout; downErr when no dial is in
-// progress (the connection is waiting to retry).
+// waitReady waits for a dial in progress to end, up to timeout: nil when the connection is
+// up (perhaps already, by a dial that ended since the caller found it down), downErr when
+// no dial is in progress (the connection is waiting to retry).
 func (c *conn) waitReady(ctx context.Context, timeout time.Duration) error {
 	c.mu.Lock()
-	dialing, ready := c.dialing, c.ready
+	dialing, ready, connected := c.dialing, c.ready, c.nc != nil
 	c.mu.Unlock()
-	if !dialing {
+	switch {
+	case connected:
+		return nil // a dial ended since the caller found the connection down
+	case !dialing:
 		return c.downErr()
 	}
 	t := time.NewTimer(timeout)

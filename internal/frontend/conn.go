@@ -89,6 +89,7 @@ type conn struct {
 	queue       []*task     // tasks whose answers are not yet written, in request order, from head; guarded by mu
 	head        int         // guarded by mu
 	windowUsed  int         // keys of the queued tasks; guarded by mu
+	unknownKeys int         // keys of the tasks in flight whose answers may carry values; guarded by mu
 	writing     bool        // a goroutine holds the writer token; guarded by mu
 	burst       bool        // the reader is decoding input already received: answers wait for the end of it; guarded by mu
 	busy        bool        // the reader is between idle reads (readBusy); guarded by mu
@@ -510,12 +511,13 @@ func (c *conn) readRequest() error {
 	return c.text.Read(&c.req)
 }
 
-// answerFits reports whether one more key's answer would keep a run within the connection's
-// bound at its estimate per key, so that a run of gets, answered as one, is not itself an
-// answer past the bound. (A multi-key get is answered in parts instead, see stream.)
+// answerFits reports whether a run of gets may take one more key: within the keys whose
+// answers may be in flight at once (maxUnknownKeys), and within the connection's bound at
+// its estimate per key, so that a run, answered as one, is not itself an answer past the
+// bound. (A multi-key get is answered in parts instead, see stream.)
 func (c *conn) answerFits(keys int) bool {
 	b := c.s.MaxConnectionBytes
-	return b <= 0 || int64(keys+1)*c.perKey.Load() <= int64(b)
+	return b <= 0 || keys+1 <= c.s.maxUnknownKeys() && int64(keys+1)*c.perKey.Load() <= int64(b)
 }
 
 // start queues t's answer and runs it: on the reader when it is alone (nothing before it
@@ -573,7 +575,7 @@ func (c *conn) admit(t *task) (only bool) {
 			t.held = own // answers are dropped: nothing will be held long
 		case c.head < len(c.queue):
 			t.held = own
-			return c.windowUsed+t.weight <= windowKeys && c.hasRoom(own, true)
+			return c.windowUsed+t.weight <= windowKeys && c.unknownKeys+t.valueKeys <= c.s.maxUnknownKeys() && c.hasRoom(own, true)
 		default:
 			t.held = lone
 			return t.valueKeys == 0 || c.hasRoom(lone, false)
@@ -582,6 +584,7 @@ func (c *conn) admit(t *task) (only bool) {
 	}, time.Time{})
 	c.mu.Lock()
 	c.windowUsed += t.weight
+	c.unknownKeys += t.valueKeys
 	only = c.head == len(c.queue)
 	c.queue = append(c.queue, t)
 	c.mu.Unlock()
@@ -718,6 +721,12 @@ func (c *conn) answered(t *task) {
 	held := int64(t.bytes()) + int64(len(t.out))
 	c.hold(held - t.held)
 	t.held = held
+	if t.valueKeys > 0 {
+		c.mu.Lock()
+		c.unknownKeys -= t.valueKeys
+		c.mu.Unlock()
+		c.signalRoom()
+	}
 }
 
 // complete marks t's answer ready and writes every answer that is now due, unless another

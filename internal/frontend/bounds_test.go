@@ -701,3 +701,44 @@ func TestAcceptErrorsRetried(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainedEstimateBounded: a client that first reads small values, so that its estimate
+// per key falls to the floor, and then pipelines gets of large values without reading
+// holds at most two runs of the keys of unknown answer allowed in flight (16 with these
+// limits) past its bound: one being written when the next, then lone, was admitted. Not
+// the 256 keys its window would otherwise admit at a trained estimate.
+func TestTrainedEstimateBounded(t *testing.T) {
+	const maxConn = 1 << 20 // with max_value_bytes 1 MiB: 16 keys of unknown answer in flight
+	s := &frontend.Server{Handler: newProxy(t), MaxConnectionBytes: maxConn}
+	reg := withMetrics(t, s)
+	ts := startServer(t, s)
+
+	setter := dial(t, ts.addr)
+	setValue(setter, "big0", bigOf(0))
+	setValue(setter, "small", []byte("0123456789"))
+
+	c := dial(t, ts.addr)
+	_ = c.nc.SetDeadline(time.Now().Add(60 * time.Second))
+	const small, gets = 200, 300
+	c.send(bytes.Repeat([]byte("get small\r\n"), small))
+	for range small {
+		c.expect("VALUE small 0 10\r\n0123456789\r\nEND\r\n")
+	}
+	p := samplePeak(t, reg)
+	c.send(bytes.Repeat([]byte("get big0\r\n"), gets))
+	waitStill(t, "the server's writes to a client that does not read", ts.ln.conn(1).writes.Load)
+
+	bound := int64(maxConn + (2*16+1)*bigValue)
+	stalled := p.max.Load()
+	t.Logf("peak buffered bytes after training: %d (bound %d; a window of 256 keys would be %d)", stalled, bound, 256*bigValue)
+	if stalled > bound {
+		t.Errorf("moxi_buffered_bytes reached %d, want at most %d", stalled, bound)
+	}
+	for range gets {
+		c.expectBig(0)
+	}
+	if peak := p.end(); peak > bound {
+		t.Errorf("moxi_buffered_bytes reached %d while the client read, want at most %d", peak, bound)
+	}
+	waitFor(t, "the account to go back to zero", func() bool { return buffered(t, reg) == 0 })
+}

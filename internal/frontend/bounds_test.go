@@ -704,11 +704,11 @@ func TestAcceptErrorsRetried(t *testing.T) {
 
 // TestTrainedEstimateBounded: a client that first reads small values, so that its estimate
 // per key falls to the floor, and then pipelines gets of large values without reading
-// holds at most two runs of the keys of unknown answer allowed in flight (16 with these
+// holds at most two runs of the keys of unknown answer allowed in flight (32 with these
 // limits) past its bound: one being written when the next, then lone, was admitted. Not
 // the 256 keys its window would otherwise admit at a trained estimate.
 func TestTrainedEstimateBounded(t *testing.T) {
-	const maxConn = 1 << 20 // with max_value_bytes 1 MiB: 16 keys of unknown answer in flight
+	const maxConn = 1 << 20 // with max_value_bytes 1 MiB: 32 keys of unknown answer in flight
 	s := &frontend.Server{Handler: newProxy(t), MaxConnectionBytes: maxConn}
 	reg := withMetrics(t, s)
 	ts := startServer(t, s)
@@ -728,7 +728,7 @@ func TestTrainedEstimateBounded(t *testing.T) {
 	c.send(bytes.Repeat([]byte("get big0\r\n"), gets))
 	waitStill(t, "the server's writes to a client that does not read", ts.ln.conn(1).writes.Load)
 
-	bound := int64(maxConn + (2*16+1)*bigValue)
+	bound := int64(maxConn + (2*32+1)*bigValue)
 	stalled := p.max.Load()
 	t.Logf("peak buffered bytes after training: %d (bound %d; a window of 256 keys would be %d)", stalled, bound, 256*bigValue)
 	if stalled > bound {

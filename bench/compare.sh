@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Throughput of memcached direct, through twemproxy (nutcracker) and through moxi, measured
-# with memcaslap in the same run, interleaved round by round so that machine noise hits all
-# three alike. Prints the median TPS of each and the ratios moxi/twemproxy and moxi/direct,
-# and the CPU each proxy spends per request (user + system time over the run's requests).
+# Throughput of memcached direct, through twemproxy (nutcracker), through HAProxy in TCP mode
+# (1 and 2 threads: a byte relay, the floor of a proxy hop here) and through moxi, measured
+# with memcaslap in the same run, interleaved round by round so that machine noise hits them
+# all alike. Prints the median TPS of each and the ratios of moxi to twemproxy, HAProxy and
+# direct, and the CPU each proxy spends per request (user + system time over the run's
+# requests).
 # The same runs measure bench/floor, a forwarder with no features built as event loops (one
 # loop, and two: one a core here), as the floor of what a proxy hop costs on this machine.
 #
@@ -18,7 +20,7 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
 CONCURRENCY=${CONCURRENCY:-32}
 VALUE=${VALUE:-100}
-setup
+setup ./scripts/install-bench-deps.sh
 build_moxi
 # moxi has an admin port for PROFILE's pprof endpoint.
 admin=$(freeport)
@@ -29,6 +31,7 @@ fl2=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$fl2" -backend "127.0.0.
 waitport "$fl1"; waitport "$fl2"
 
 declare -A pidof=([twemproxy]=$twpid [moxi]=$mxpid [moxi-1thread]=$mx1pid [moxi-binary]=$mxpid [moxi-1thread-bin]=$mx1pid
+	[haproxy-1thread]=$hp1pid [haproxy-2threads]=$hp2pid [haproxy-1thread-bin]=$hp1pid [haproxy-2threads-bin]=$hp2pid
 	[floor-1loop]=$fl1pid [floor-2loops]=$fl2pid [floor-1loop-bin]=$fl1pid [floor-2loops-bin]=$fl2pid)
 hz=$(getconf CLK_TCK)
 
@@ -67,6 +70,8 @@ for r in $(seq "$ROUNDS"); do
 		run moxi "$mx"
 	fi
 	run moxi-1thread "$mx1"
+	run haproxy-1thread "$hp1"
+	run haproxy-2threads "$hp2"
 	run floor-1loop "$fl1"
 	run floor-2loops "$fl2"
 done
@@ -75,6 +80,8 @@ for r in $(seq "$ROUNDS"); do
 	run direct-binary "$mc" -B
 	run moxi-binary "$mx" -B
 	run moxi-1thread-bin "$mx1" -B
+	run haproxy-1thread-bin "$hp1" -B
+	run haproxy-2threads-bin "$hp2" -B
 	run floor-1loop-bin "$fl1" -B
 	run floor-2loops-bin "$fl2" -B
 done
@@ -96,4 +103,10 @@ echo "floor (bench/floor: a forwarder with no features, as event loops):"
 echo "  ascii: 1 loop $f1 ops/s: /twemproxy $(ratio "$f1" "$t")  /direct $(ratio "$f1" "$d");  2 loops $f2 ops/s: /twemproxy $(ratio "$f2" "$t")  /direct $(ratio "$f2" "$d")"
 echo "  binary: 1 loop $fb1 ops/s: /direct $(ratio "$fb1" "$db");  2 loops $fb2 ops/s: /direct $(ratio "$fb2" "$db")"
 echo "  CPU µs/request ascii: 1 loop $cf1 ($(ratio "$cf1" "$ct") of twemproxy)  2 loops $cf2 ($(ratio "$cf2" "$ct"))"
+h1=$(median tps.haproxy-1thread); h2=$(median tps.haproxy-2threads); hb2=$(median tps.haproxy-2threads-bin)
+ch1=$(median cpu.haproxy-1thread); ch2=$(median cpu.haproxy-2threads)
+echo "HAProxy (TCP mode, a byte relay): ascii 1 thread $h1 ops/s, 2 threads $h2 ops/s; binary 2 threads $hb2 ops/s"
+echo "  CPU µs/request ascii: 1 thread $ch1  2 threads $ch2"
+echo "  moxi/HAProxy-2threads: ascii throughput $(ratio "$m" "$h2")  binary throughput $(ratio "$mb" "$hb2")  ascii CPU/request $(ratio "$cm" "$ch2")"
+echo "  moxi CPU/request / twemproxy's $(ratio "$cm" "$ct")"
 [ -z "${PROFILE:-}" ] || echo "moxi CPU profile: $PROFILE (go tool pprof -top $PROFILE)"

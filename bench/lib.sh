@@ -1,6 +1,6 @@
 # Process orchestration shared by the bench scripts, which source it: a temp dir and the
-# processes they start, all stopped on exit; memcached, twemproxy (nutcracker) and moxi in
-# front of it on free 127.0.0.1 ports; the median and ratio of the results.
+# processes they start, all stopped on exit; memcached, twemproxy (nutcracker), HAProxy and
+# moxi in front of it on free 127.0.0.1 ports; the median and ratio of the results.
 # shellcheck shell=bash
 
 work=
@@ -94,15 +94,38 @@ start_relay() {
 	waitport "$1"
 }
 
+# start_haproxy PORT BACKEND THREADS: HAProxy in TCP mode on 127.0.0.1:PORT with THREADS
+# threads, relaying each connection to BACKEND byte for byte: it parses and routes nothing,
+# and on a host this small it is the floor of what a proxy hop costs.
+start_haproxy() {
+	cat > "$work/haproxy.$1.cfg" <<CFG
+global
+	nbthread $3
+	maxconn 4096
+defaults
+	mode tcp
+	timeout connect 5s
+	timeout client 1h
+	timeout server 1h
+listen memcached
+	bind 127.0.0.1:$1
+	server memcached 127.0.0.1:$2
+CFG
+	spawn haproxy -db -q -f "$work/haproxy.$1.cfg"
+	waitport "$1"
+}
+
 # start_targets [FLAG...]: memcached on port $mc, twemproxy in front of it on $tw, moxi on $mx
 # (with FLAGs) and on $mx1 the same moxi limited to one OS thread (GOMAXPROCS=1), as twemproxy
 # is: on a small host shared with the load generator and memcached it avoids cross-thread
-# wake-ups. Needs build_moxi first.
+# wake-ups; and HAProxy with 1 and 2 threads on $hp1 and $hp2. Needs build_moxi first.
 # shellcheck disable=SC2120 # FLAGs are optional
-# Their process ids: $twpid, $mxpid, $mx1pid.
+# Their process ids: $twpid, $mxpid, $mx1pid, $hp1pid, $hp2pid.
 start_targets() {
 	mc=$(freeport); start_memcached "$mc"
 	tw=$(freeport); start_twemproxy "$tw" "$mc"; twpid=${pids[-1]}
+	hp1=$(freeport); start_haproxy "$hp1" "$mc" 1; hp1pid=${pids[-1]}
+	hp2=$(freeport); start_haproxy "$hp2" "$mc" 2; hp2pid=${pids[-1]}
 	mx=$(freeport); start_moxi "$mx" "$mc" "$@"; mxpid=${pids[-1]}
 	mx1=$(freeport); GOMAXPROCS=1 start_moxi "$mx1" "$mc"; mx1pid=${pids[-1]}
 }

@@ -2,11 +2,12 @@
 # A Java service's load (bench/java/SpyLoad.java): one spymemcached client, one connection
 # that pipelines the operations of THREADS threads, each setting one of its own keys and
 # getting it back, against memcached direct, through twemproxy (nutcracker, text only) and
-# through moxi (and moxi with GOMAXPROCS=1), and through a byte relay (socat: bench/lib.sh
-# start_relay, the floor of a proxy hop), all in front of the same memcached; text
+# through moxi (and moxi with GOMAXPROCS=1), and through two byte relays, the floor of a
+# proxy hop (HAProxy in TCP mode with 2 threads, and socat: bench/lib.sh start_relay), all in
+# front of the same memcached; text
 # protocol (DefaultConnectionFactory) and binary (BinaryConnectionFactory), interleaved over
 # ROUNDS rounds. Prints the median ops/s and get p50 latency of each, the ratios
-# moxi/twemproxy and moxi/direct, and the errors and wrong answers (a get that did not return
+# moxi/twemproxy, moxi/direct and moxi/HAProxy, and the errors and wrong answers (a get that did not return
 # the value its thread had just set); any wrong answer makes it exit 1.
 #
 #   bench/spymemcached.sh                  # 3 rounds of 5 s (after 1 s of warm-up) each
@@ -29,7 +30,7 @@ javac -d "$work/classes" -cp "$jar" bench/java/SpyLoad.java
 start_targets
 rl=$(freeport); start_relay "$rl" "$mc"
 
-declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1 [relay]=$rl)
+declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1 [haproxy]=$hp2 [relay]=$rl)
 
 # run PROTOCOL TARGET: one SpyLoad run; its ops/s, get p50, errors and wrong answers are
 # appended to $work/{ops_per_s,get_p50_us,errors,wrong}.PROTOCOL.TARGET.
@@ -49,8 +50,8 @@ sum() { awk '{s += $1} END {print s + 0}' "$work/$1"; }
 # ops PROTOCOL.TARGET: the median ops/s.
 ops() { median "ops_per_s.$1" %.0f; }
 
-text=(direct twemproxy moxi moxi-1thread relay)
-binary=(direct moxi moxi-1thread relay)
+text=(direct twemproxy moxi moxi-1thread haproxy relay)
+binary=(direct moxi moxi-1thread haproxy relay)
 echo "spymemcached: 1 client, $THREADS threads of set-then-get, ${DURATION}s (after ${WARMUP}s warm-up), $VALUE-byte values," \
 	"$ROUNDS interleaved rounds; $(nproc) cores"
 for r in $(seq "$ROUNDS"); do
@@ -79,6 +80,8 @@ echo "  text:   moxi/twemproxy $(ratio "$(ops text.moxi)" "$(ops text.twemproxy)
 	" moxi(1proc)/twemproxy $(ratio "$(ops text.moxi-1thread)" "$(ops text.twemproxy)")"
 echo "  binary: moxi/direct $(ratio "$(ops binary.moxi)" "$(ops binary.direct)")" \
 	" moxi(1proc)/direct $(ratio "$(ops binary.moxi-1thread)" "$(ops binary.direct)")"
+echo "  moxi/HAProxy (2 threads, TCP mode): text $(ratio "$(ops text.moxi)" "$(ops text.haproxy)")" \
+	" binary $(ratio "$(ops binary.moxi)" "$(ops binary.haproxy)")"
 echo "  relay (socat, no work at all): text relay/twemproxy $(ratio "$(ops text.relay)" "$(ops text.twemproxy)")" \
 	" text relay/direct $(ratio "$(ops text.relay)" "$(ops text.direct)")" \
 	" binary relay/direct $(ratio "$(ops binary.relay)" "$(ops binary.direct)")"

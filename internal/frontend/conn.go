@@ -625,6 +625,10 @@ func (c *conn) run(t *task) {
 	}
 	t.turn.Release()
 	c.s.observe(&t.req, t.resps)
+	if !t.single && len(t.req.Keys) > 1 && valueBytes(t.resps) > partBytes {
+		c.writeFetched(t)
+		return
+	}
 	t.out, _ = c.encode(t.out[:0], t, &t.req, t.resps, 0, true)
 	clear(t.resps) // the answer holds its values now: let the server's copies go
 	c.complete(t)
@@ -668,14 +672,7 @@ func (c *conn) encode(dst []byte, t *task, req *protocol.Request, resps []protoc
 // later part.
 func (c *conn) stream(t *task) {
 	t.turn.Hold()
-	c.mu.Lock()
-	for c.queue[c.head] != t || c.writing {
-		c.cond.Wait()
-	}
-	c.writing, t.writer = true, true
-	broken := c.broken
-	c.mu.Unlock()
-
+	broken := c.takeWriter(t)
 	keys := t.req.Keys
 	part := c.s.partKeys()
 	for first := 0; first < len(keys) && broken == nil; {
@@ -684,10 +681,9 @@ func (c *conn) stream(t *task) {
 		sub.Keys = keys[first:end]
 		t.resps = c.s.Handler.Handle(t, &sub, t.resps[:0])
 		avg := c.s.observe(&sub, t.resps)
-		var ended bool
-		t.out, ended = c.encode(t.out[:0], t, &sub, t.resps, first, end == len(keys))
+		ended, err := c.writeParts(t, &sub, t.resps, first, end == len(keys))
 		clear(t.resps)
-		if err := c.write(t.out); err != nil {
+		if err != nil {
 			broken = err
 		}
 		if ended {
@@ -699,6 +695,64 @@ func (c *conn) stream(t *task) {
 			part = keysFor(avg)
 		}
 	}
+	c.wroteOwn(t, broken)
+}
+
+// writeFetched writes the answer of t, a multi-key retrieval whose values are fetched, in
+// pieces as it is encoded, once every answer before it is written: a get that names one
+// large value many times ("get k k k …") is never built whole.
+func (c *conn) writeFetched(t *task) {
+	broken := c.takeWriter(t)
+	if broken == nil {
+		if _, err := c.writeParts(t, &t.req, t.resps, 0, true); err != nil {
+			broken = err
+		}
+	}
+	clear(t.resps)
+	c.wroteOwn(t, broken)
+}
+
+// takeWriter waits until t is the first answer due and takes the writer token for it. It
+// returns the error of an earlier failed write, if any.
+func (c *conn) takeWriter(t *task) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.queue[c.head] != t || c.writing {
+		c.cond.Wait()
+	}
+	c.writing, t.writer = true, true
+	return c.broken
+}
+
+// writeParts encodes and writes the answer that resps make (t's keys from first on, the last
+// part of t's answer when last), a piece of about partBytes of values at a time. It reports
+// whether the answer has ended (last, or a text retrieval ended early by an error line), and
+// a write's error. The caller holds the writer token.
+func (c *conn) writeParts(t *task, req *protocol.Request, resps []protocol.Response, first int, last bool) (bool, error) {
+	for i := 0; i < len(resps); {
+		j, size := i+1, len(resps[i].Value)
+		for j < len(resps) && size < partBytes {
+			size += len(resps[j].Value)
+			j++
+		}
+		piece := *req
+		piece.Keys = req.Keys[i:j]
+		var ended bool
+		t.out, ended = c.encode(t.out[:0], t, &piece, resps[i:j], first+i, last && j == len(resps))
+		if err := c.write(t.out); err != nil {
+			return true, err
+		}
+		if ended {
+			return true, nil
+		}
+		i = j
+	}
+	return last, nil
+}
+
+// wroteOwn ends t, whose answer its own goroutine wrote holding the writer token (see
+// takeWriter): it gives the turn on and the token back, and writes the answers now due.
+func (c *conn) wroteOwn(t *task, broken error) {
 	t.turn.Release()
 	t.out = t.out[:0]
 	c.answered(t)
@@ -708,6 +762,16 @@ func (c *conn) stream(t *task) {
 	}
 	t.done = true
 	c.writeLocked()
+}
+
+// valueBytes is the bytes of the values in resps, a value named twice counted twice: what
+// the answer will hold.
+func valueBytes(resps []protocol.Response) int {
+	n := 0
+	for i := range resps {
+		n += len(resps[i].Value)
+	}
+	return n
 }
 
 // answered puts t's answer, now made, in the place of its reservation in the byte account.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/sockpeek"
 )
 
 // startRawFake is a server whose every connection serve handles, byte for byte; the
@@ -116,9 +117,12 @@ func TestLateReaderIsNotASlowAnswer(t *testing.T) {
 	}
 	r.begin()
 	for n := 1; n < len(buf); {
-		// moxi busy elsewhere for two windows, a few times in the answer
+		// moxi was busy elsewhere past the window's end, a few times in the answer: the
+		// window is made to have ended (its deadline passed) while the bytes wait.
 		if n < 4*answerPaceBytes {
-			time.Sleep(2 * answerPaceWindow)
+			waitFor(t, "bytes waiting in the socket", func() bool { return sockpeek.Waiting(nc) })
+			r.timed = true
+			_ = nc.SetReadDeadline(time.Now().Add(-time.Second))
 		}
 		m, err := r.Read(buf[n:min(len(buf), n+answerPaceBytes)])
 		if err != nil {
@@ -179,11 +183,12 @@ func TestOwnDialErrorsSpareTheServer(t *testing.T) {
 // waitFor polls cond until it holds, failing the test after 20 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); <-tick.C {
 		if time.Now().After(deadline) {
 			t.Fatalf("no %s within 20s", what)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

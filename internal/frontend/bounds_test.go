@@ -347,21 +347,20 @@ func TestRequestTimeout(t *testing.T) {
 		fresh, served := dial(t, ts.addr), dial(t, ts.addr)
 		served.send([]byte("version\r\n"))
 		served.expect(versionAnswer)
-		// A stalled request on a third connection shows that the timeout works meanwhile.
-		stalled := dial(t, ts.addr)
-		stalled.send([]byte("set k 0 0 10\r\nabc"))
-		idleSince := time.Now()
-		readToClose(t, stalled)
-		waitFor(t, "the stalled connection to be closed", func() bool { return closed(t, reg, "request_timeout") == 1 })
-		// Nothing happens on an idle connection that a test could wait for: the absence of a
-		// close can only be seen by letting the time pass, here 3 timeouts.
-		time.Sleep(time.Until(idleSince.Add(3 * timeout)))
+		// Stalled requests on other connections, one after the other, each closed after a
+		// timeout: once the third is, three timeouts have passed over the idle connections.
+		for i := 1; i <= 3; i++ {
+			stalled := dial(t, ts.addr)
+			stalled.send([]byte("set k 0 0 10\r\nabc"))
+			readToClose(t, stalled)
+			waitFor(t, "the stalled connection to be closed", func() bool { return closed(t, reg, "request_timeout") == float64(i) })
+		}
 		for _, c := range []*client{fresh, served} {
 			c.send([]byte("version\r\n"))
 			c.expect(versionAnswer)
 		}
-		if n := closed(t, reg, "request_timeout"); n != 1 {
-			t.Errorf("moxi_connections_closed_total{reason=request_timeout} = %v, want 1 (the stalled connection)", n)
+		if n := closed(t, reg, "request_timeout"); n != 3 {
+			t.Errorf("moxi_connections_closed_total{reason=request_timeout} = %v, want 3 (the stalled connections)", n)
 		}
 	})
 
@@ -388,12 +387,14 @@ func TestRequestTimeout(t *testing.T) {
 				ts, reg := start(t, timeout)
 				c := dial(t, ts.addr)
 				size := (len(tt.request) + pieces - 1) / pieces
+				pace := time.NewTicker(gap) // the client is slow: a piece per gap
+				defer pace.Stop()
 				for range 3 {
 					for p := tt.request; len(p) > 0; {
 						n := min(size, len(p))
 						c.send(p[:n])
 						if p = p[n:]; len(p) > 0 {
-							time.Sleep(gap) // the client is slow: this is its pace, not a wait for the server
+							<-pace.C
 						}
 					}
 					tt.answer(c)

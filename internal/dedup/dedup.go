@@ -13,16 +13,16 @@ package dedup
 import (
 	"bytes"
 	"context"
-	"hash/maphash"
 	"sync"
+
+	"github.com/moxi-proxy/moxi/internal/keyhash"
 )
 
 // Group is a set of fetches in progress, by key. The zero value is ready to use; a Group
 // is safe for concurrent use.
 type Group[V any] struct {
 	mu      sync.Mutex
-	seed    maphash.Seed
-	flights map[uint64]*Flight[V] // by hash of the key, chained; guarded by mu
+	flights map[uint64]*Flight[V] // by keyhash.Sum of the key, chained; guarded by mu
 	free    sync.Pool             // finished flights nobody followed
 }
 
@@ -45,10 +45,9 @@ func (g *Group[V]) Start(key []byte) (f *Flight[V], leader bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.flights == nil {
-		g.seed = maphash.MakeSeed()
 		g.flights = make(map[uint64]*Flight[V])
 	}
-	h := maphash.Bytes(g.seed, key)
+	h := keyhash.Sum(key)
 	if f := g.find(h, key); f != nil {
 		if f.done == nil {
 			f.done = make(chan struct{})
@@ -116,7 +115,7 @@ func (g *Group[V]) Finish(key []byte, f *Flight[V]) {
 func (g *Group[V]) Forget(key []byte) {
 	g.mu.Lock()
 	if len(g.flights) > 0 { // writes without reads in flight skip hashing the key
-		if f := g.find(maphash.Bytes(g.seed, key), key); f != nil {
+		if f := g.find(keyhash.Sum(key), key); f != nil {
 			g.unlink(f)
 		}
 	}

@@ -2,8 +2,9 @@ package migrate
 
 import (
 	"context"
-	"hash/fnv"
 	"time"
+
+	"github.com/moxi-proxy/moxi/internal/keyhash"
 )
 
 // copyBatch is how many keys the background copy reads from the old server at once.
@@ -21,7 +22,8 @@ const maxPasses = 4
 // the migration done, or failed with the error; a stop (a reload that took the migration
 // out, or shutdown) just ends it.
 func (m *Migration) run(ctx context.Context) {
-	seen := make(map[uint64]struct{}) // hashes of the keys listed so far
+	// The keys listed so far, by hash: 8 bytes a key, whatever the keys' length.
+	seen := make(map[uint64]struct{})
 	var err error
 	for pass := 1; pass <= maxPasses && err == nil; pass++ {
 		var fresh int64
@@ -79,7 +81,7 @@ func (m *Migration) pass(ctx context.Context, seen map[uint64]struct{}) (int64, 
 	}
 	var fresh int64
 	err := m.old.dump(ctx, func(e DumpEntry) error {
-		h := keyHash(e.Key)
+		h := keyhash.Sum(e.Key)
 		if _, ok := seen[h]; ok {
 			return nil
 		}
@@ -99,12 +101,4 @@ func (m *Migration) pass(ctx context.Context, seen map[uint64]struct{}) (int64, 
 		err = flush()
 	}
 	return fresh, err
-}
-
-// keyHash is a 64-bit FNV-1a of key: the copy remembers listed keys by it, so that its
-// memory is 8 bytes a key, whatever the keys' length.
-func keyHash(key []byte) uint64 {
-	h := fnv.New64a()
-	h.Write(key)
-	return h.Sum64()
 }

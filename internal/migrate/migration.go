@@ -7,13 +7,13 @@ package migrate
 import (
 	"bytes"
 	"context"
-	"hash/fnv"
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/keyhash"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
@@ -88,7 +88,7 @@ type Migration struct {
 	oldDownUntil atomic.Int64 // unix nanos: until then, reads do not consult the old server
 	switched     atomic.Bool  // migrate_at has passed (or there is none)
 
-	stripes   [1024]sync.Mutex
+	stripes   keyhash.Stripes[sync.Mutex]
 	touchedMu sync.Mutex
 	touched   map[string]struct{} // keys written through moxi since the migration began
 
@@ -289,7 +289,7 @@ func (m *Migration) DoBatch(ctx context.Context, reqs []protocol.Request, resps 
 // write sends a write to the new server and deletes the key on the old one, under the
 // key's stripe lock, so that no copy of the old value can land after it.
 func (m *Migration) write(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
-	mu := m.stripe(req.Key)
+	mu := m.stripes.Of(req.Key)
 	mu.Lock()
 	defer mu.Unlock()
 	m.markTouched(req.Key)
@@ -450,22 +450,12 @@ func (m *Migration) isTouched(k []byte) bool {
 	return ok
 }
 
-func (m *Migration) stripe(k []byte) *sync.Mutex {
-	return &m.stripes[stripeOf(k)]
-}
-
-func stripeOf(k []byte) int {
-	h := fnv.New32a()
-	h.Write(k)
-	return int(h.Sum32() % 1024)
-}
-
 // lockStripes locks the stripes of keys in ascending order, so that two callers locking
 // overlapping sets cannot deadlock.
 func (m *Migration) lockStripes(keys [][]byte) []*sync.Mutex {
 	idx := make([]int, 0, len(keys))
 	for _, k := range keys {
-		idx = append(idx, stripeOf(k))
+		idx = append(idx, keyhash.Stripe(k, len(m.stripes)))
 	}
 	slices.Sort(idx)
 	idx = slices.Compact(idx)

@@ -4,15 +4,23 @@ import (
 	"context"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/bgqueue"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
-// maxMirrors bounds the writes being copied to backup pools at once, as the proxy's
+// maxMirrors bounds the writes queued or being copied to backup pools, as the proxy's
 // background budget bounds their bytes; past either a copy is dropped (and counted) rather
 // than letting memory grow with a slow backup.
 const maxMirrors = 1024
+
+// mirrorWorkers send the copies, each the copies of its keys in the order they were made,
+// in waves of up to mirrorBatch keys at once (see bgqueue.Options.Batch).
+const (
+	mirrorWorkers = 8
+	mirrorBatch   = 256
+)
 
 // mirrorTimeout bounds one copy, on top of the backup server's own timeout.
 const mirrorTimeout = 5 * time.Second
@@ -59,62 +67,44 @@ func (p *Proxy) readBackup(ctx context.Context, t *topology.Topology, req *proto
 	}
 }
 
-// mirror copies a write to the backup pool in the background. The request is copied first:
-// its bytes belong to the client connection. A cas that succeeded is copied as a set (the
-// backup's cas values differ); one that failed changed nothing and is not copied.
+// newMirrors is the queue of writes to copy to backup pools; its bytes count against the
+// proxy's background budget.
+func (p *Proxy) newMirrors() *bgqueue.Queue[*pool.Pool] {
+	return bgqueue.New(bgqueue.Options{
+		Workers:  mirrorWorkers,
+		MaxItems: maxMirrors,
+		MaxBytes: int64(p.opts.MaxBackgroundBytes),
+		Bytes:    p.background,
+		Measure:  bgqueue.Memory,
+		Batch:    mirrorBatch,
+	}, p.sendMirror)
+}
+
+// mirror queues a copy of a write for the backup pool b. A cas that succeeded is copied as
+// a set, and no write is copied with its cas: the backup's cas values differ. A cas that
+// failed changed nothing and is not copied.
 func (p *Proxy) mirror(b *pool.Pool, req *protocol.Request, primary *protocol.Response) {
-	op := req.Op
-	if op == protocol.OpCas {
+	w := *req
+	if w.Op == protocol.OpCas {
 		if primary.Status != protocol.StatusOK {
 			return
 		}
-		op = protocol.OpSet
+		w.Op = protocol.OpSet
 	}
-	w := requestBytes(req)
-	if !p.background.TryAcquire(w) {
+	w.Cas = 0
+	if !p.mirrors.TryEnqueue(&w, b) {
 		p.stats.mirrorsDropped.Add(1)
-		return
 	}
-	select {
-	case p.mirrors <- struct{}{}:
-	default:
-		p.background.Release(w)
-		p.stats.mirrorsDropped.Add(1)
-		return
-	}
-	cp := protocol.Request{
-		Op:      op,
-		Key:     append([]byte(nil), req.Key...),
-		Value:   append([]byte(nil), req.Value...),
-		Flags:   req.Flags,
-		Exptime: req.Exptime,
-		Delta:   req.Delta,
-		Initial: req.Initial,
-		Create:  req.Create,
-	}
-	p.mirroring.Add(1)
-	go func() {
-		defer func() { <-p.mirrors; p.background.Release(w); p.mirroring.Done() }()
-		ctx, cancel := context.WithTimeout(context.Background(), mirrorTimeout)
-		defer cancel()
-		var resp [1]protocol.Response
-		m := b.Member(b.Locate(cp.Key))
-		if err := m.Server.Do(ctx, &cp, resp[:]); err != nil {
-			p.stats.mirrorErrors.Add(1)
-			return
-		}
-		p.stats.mirrors.Add(1)
-	}()
 }
 
-// Wait waits until the writes being copied to backup pools are done, or ctx ends.
-func (p *Proxy) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { p.mirroring.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// sendMirror sends a queued copy of a write to its backup pool.
+func (p *Proxy) sendMirror(ctx context.Context, req *protocol.Request, b *pool.Pool) {
+	ctx, cancel := context.WithTimeout(ctx, mirrorTimeout)
+	defer cancel()
+	var resp [1]protocol.Response
+	if err := b.Member(b.Locate(req.Key)).Server.Do(ctx, req, resp[:]); err != nil {
+		p.stats.mirrorErrors.Add(1)
+		return
 	}
+	p.stats.mirrors.Add(1)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/moxi-proxy/moxi/internal/bgqueue"
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/dedup"
 	"github.com/moxi-proxy/moxi/internal/fireforget"
@@ -55,8 +56,7 @@ type Proxy struct {
 	stats   counters
 	metrics *metrics
 
-	mirrors   chan struct{}  // one token per write being copied to a backup pool
-	mirroring sync.WaitGroup // the copies in progress
+	mirrors *bgqueue.Queue[*pool.Pool] // writes to copy to backup pools (backup.go)
 
 	// background holds the bytes of the backup copies and shadow requests queued or being
 	// sent (max_background_bytes); one budget for both, so neither starves moxi's memory.
@@ -66,8 +66,8 @@ type Proxy struct {
 	writes  writeStripes                   // writes in flight, which end sharing for their keys
 	queue   *fireforget.Queue              // fire-and-forget writes
 
-	warmSkip warmSkip     // keys never to read from a warm_from pool (warmup.go)
-	shadows  *shadowQueue // requests for shadow pools (shadow.go)
+	warmSkip warmSkip                 // keys never to read from a warm_from pool (warmup.go)
+	shadows  *bgqueue.Queue[shadowTo] // requests for shadow pools (shadow.go)
 }
 
 // fireAndForgetWorkers write queued writes; a key always goes to the same one, in order.
@@ -92,8 +92,9 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Proxy{opts: opts, version: versionAnswer(opts.Version), started: time.Now(), mirrors: make(chan struct{}, maxMirrors), shadows: newShadowQueue()}
+	p := &Proxy{opts: opts, version: versionAnswer(opts.Version), started: time.Now()}
 	p.background = semaphore.NewWeighted(int64(opts.MaxBackgroundBytes))
+	p.mirrors, p.shadows = p.newMirrors(), p.newShadows()
 	p.queue = fireforget.New(fireAndForgetWorkers, opts.MaxPending, opts.MaxPendingBytes, p.writeQueued, opts.Logger)
 	p.metrics = newMetrics(reg, func() float64 { return float64(p.queue.Pending()) })
 	p.Swap(topo)
@@ -113,11 +114,11 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 }
 
 // Close writes out the fire-and-forget queue, waits for the copies to backup pools and
-// sends what is queued for shadow pools, or gives up when ctx ends (shadow requests are then
-// cancelled). Requests must have stopped (the frontend shut down) before.
+// sends what is queued for shadow pools, or gives up when ctx ends (what is left of them is
+// then cancelled). Requests must have stopped (the frontend shut down) before.
 func (p *Proxy) Close(ctx context.Context) error {
 	qerr := p.queue.Close(ctx)
-	return errors.Join(qerr, p.Wait(ctx), p.shadows.close(ctx))
+	return errors.Join(qerr, p.mirrors.Close(ctx), p.shadows.Close(ctx))
 }
 
 // Swap installs a new topology; requests in flight finish on the one they started with.

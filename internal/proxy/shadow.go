@@ -2,9 +2,10 @@ package proxy
 
 import (
 	"context"
-	"sync"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/bgqueue"
+	"github.com/moxi-proxy/moxi/internal/keyhash"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
@@ -20,71 +21,45 @@ import (
 
 const (
 	shadowWorkers   = 8    // requests sent to shadow pools at once
-	shadowQueued    = 1024 // requests waiting, at most (shadowQueued/shadowWorkers a worker)
+	shadowQueued    = 1024 // requests queued or being sent, at most
 	shadowTimeoutAt = 5 * time.Second
 )
 
-// shadowed reports whether key is among the fraction of keys shadowed. The hash is FNV-1a
-// 64 of the key, salted and finished with a mixer, so that it is stable across processes
-// and restarts (a key is always or never shadowed, on every proxy of a tier) and unrelated
-// to the ring's placement of the key (fnv1a_64 may be a pool's ring hash).
+// shadowed reports whether key is among the fraction of keys shadowed. The hash is stable
+// across processes and restarts (a key is always or never shadowed, on every proxy of a
+// tier) and, salted, unrelated to the ring's placement of the key (fnv1a_64 may be a
+// pool's ring hash).
 func shadowed(key []byte, fraction float64) bool {
-	return fraction >= 1 || float64(shadowHash(key)>>11) < fraction*(1<<53)
+	return fraction >= 1 || float64(keyhash.Stable(shadowSalt, key)>>11) < fraction*(1<<53)
 }
 
-// shadowHash is the hash shadowed compares; its low bits pick a key's worker.
-func shadowHash(key []byte) uint64 {
-	h := uint64(14695981039346656037)
-	for _, c := range []byte("moxi/shadow:") {
-		h = (h ^ uint64(c)) * 1099511628211
-	}
-	for _, c := range key {
-		h = (h ^ uint64(c)) * 1099511628211
-	}
-	h ^= h >> 33 // murmur3's fmix64
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
+// shadowSalt is never changed: every proxy of a tier, of any version, shadows the same
+// keys (keyhash pins Stable's values for it).
+const shadowSalt = "moxi/shadow:"
+
+// shadowTo is where a queued shadow request goes.
+type shadowTo struct {
+	pool *pool.Pool
+	from string // the shadowed pool's name, for the metric
 }
 
-// shadowJob is one request copied for a shadow pool; it owns its bytes, and holds bytes of
-// the proxy's background budget until it is sent.
-type shadowJob struct {
-	pool  *pool.Pool
-	from  string // the shadowed pool's name, for the metric
-	req   protocol.Request
-	bytes int64
+// newShadows is the queue of requests for shadow pools; its bytes count against the
+// proxy's background budget.
+func (p *Proxy) newShadows() *bgqueue.Queue[shadowTo] {
+	return bgqueue.New(bgqueue.Options{
+		Workers:  shadowWorkers,
+		MaxItems: shadowQueued,
+		MaxBytes: int64(p.opts.MaxBackgroundBytes),
+		Bytes:    p.background,
+		Measure:  bgqueue.Memory,
+	}, p.sendShadow)
 }
 
-// shadowQueue holds shadow requests for its workers, which start with the first request
-// and exit at close.
-type shadowQueue struct {
-	jobs    []chan *shadowJob // a worker's each, by key; never closed: close signals stop
-	start   sync.Once
-	stop    chan struct{}   // closed by close
-	ctx     context.Context // of the requests sent; cancelled when close is done or gives up
-	cancel  context.CancelFunc
-	mu      sync.Mutex // closed
-	closed  bool
-	workers sync.WaitGroup
-}
-
-func newShadowQueue() *shadowQueue {
-	ctx, cancel := context.WithCancel(context.Background())
-	q := &shadowQueue{stop: make(chan struct{}), ctx: ctx, cancel: cancel}
-	for range shadowWorkers {
-		q.jobs = append(q.jobs, make(chan *shadowJob, shadowQueued/shadowWorkers))
-	}
-	return q
-}
-
-// shadow copies req's shadowed keys onto the queue, one job per shadow pool; called after
-// req is answered.
+// shadow queues copies of req's shadowed keys, one per shadow pool; called after req is
+// answered.
 func (p *Proxy) shadow(t *topology.Topology, req *protocol.Request) {
 	if req.Op.IsRetrieval() {
-		// Keys of one request usually share one pool: one job per shadow pool reached.
+		// Keys of one request usually share one pool: one copy per shadow pool reached.
 		var done []*pool.Pool
 		for _, k := range req.Keys {
 			pl := t.PoolFor(k)
@@ -100,7 +75,9 @@ func (p *Proxy) shadow(t *topology.Topology, req *protocol.Request) {
 				}
 			}
 			if len(keys) > 0 {
-				p.enqueueShadow(sh.Pool, pl.Name(), req, keys)
+				sub := *req
+				sub.Keys = keys
+				p.enqueueShadow(shadowTo{sh.Pool, pl.Name()}, &sub, keys[0])
 			}
 		}
 		return
@@ -110,7 +87,7 @@ func (p *Proxy) shadow(t *topology.Topology, req *protocol.Request) {
 	}
 	pl := t.PoolFor(req.Key)
 	if sh := t.Shadows[pl]; sh.Pool != nil && shadowed(req.Key, sh.Fraction) {
-		p.enqueueShadow(sh.Pool, pl.Name(), req, nil)
+		p.enqueueShadow(shadowTo{sh.Pool, pl.Name()}, req, req.Key)
 	}
 }
 
@@ -123,79 +100,33 @@ func containsPool(ps []*pool.Pool, p *pool.Pool) bool {
 	return false
 }
 
-// enqueueShadow queues a copy of req (with keys as its keys, for a retrieval) for dst, or
-// drops it when the queue is full or closed or the background budget is spent.
-func (p *Proxy) enqueueShadow(dst *pool.Pool, from string, req *protocol.Request, keys [][]byte) {
-	k := req.Key
-	if keys != nil {
-		k = keys[0]
-	}
-	if !dst.Member(dst.Locate(k)).Server.Up() {
+// enqueueShadow queues a copy of req, of key (a retrieval's first), for to, or drops it
+// when the queue is full or closed or the background budget is spent.
+func (p *Proxy) enqueueShadow(to shadowTo, req *protocol.Request, key []byte) {
+	if !to.pool.Member(to.pool.Locate(key)).Server.Up() {
 		// Marked dead: the request would fail at once; not copying it spares the clients'
 		// CPU while the shadow pool is down.
-		p.metrics.shadowResult(from, shadowError)
+		p.metrics.shadowResult(to.from, shadowError)
 		return
 	}
-	q := p.shadows
-	job := &shadowJob{pool: dst, from: from, req: copyRequest(req, keys)}
-	job.bytes = requestBytes(&job.req)
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed || !p.background.TryAcquire(job.bytes) {
-		p.metrics.shadowResult(from, shadowDropped)
-		return
-	}
-	q.start.Do(func() {
-		for _, jobs := range q.jobs {
-			q.workers.Add(1)
-			go p.shadowWorker(jobs) // exits when q.stop closes
-		}
-	})
-	select {
-	case q.jobs[shadowHash(k)%shadowWorkers] <- job:
-	default:
-		p.background.Release(job.bytes)
-		p.metrics.shadowResult(from, shadowDropped)
+	if !p.shadows.TryEnqueue(req, to) {
+		p.metrics.shadowResult(to.from, shadowDropped)
 	}
 }
 
-// shadowWorker sends the shadow requests queued on jobs until the queue closes, then what
-// is left.
-func (p *Proxy) shadowWorker(jobs <-chan *shadowJob) {
-	q := p.shadows
-	defer q.workers.Done()
-	for {
-		select {
-		case job := <-jobs:
-			p.sendShadow(job)
-		case <-q.stop:
-			for {
-				select {
-				case job := <-jobs:
-					p.sendShadow(job)
-				default:
-					return
-				}
-			}
-		}
-	}
-}
-
-// sendShadow sends job, counts the result and gives back its bytes.
-func (p *Proxy) sendShadow(job *shadowJob) {
-	defer p.background.Release(job.bytes)
-	result := shadowOK
-	if err := sendShadow(p.shadows.ctx, job); err != nil {
-		result = shadowError
-	}
-	p.metrics.shadowResult(job.from, result)
-}
-
-// sendShadow sends a job to its pool's servers, a retrieval's keys split by server.
-func sendShadow(ctx context.Context, job *shadowJob) error {
+// sendShadow sends a queued copy to its pool's servers, a retrieval's keys split by
+// server, and counts the result.
+func (p *Proxy) sendShadow(ctx context.Context, req *protocol.Request, to shadowTo) {
 	ctx, cancel := context.WithTimeout(ctx, shadowTimeoutAt)
 	defer cancel()
-	pl, req := job.pool, &job.req
+	result := shadowOK
+	if err := sendShadow(ctx, to.pool, req); err != nil {
+		result = shadowError
+	}
+	p.metrics.shadowResult(to.from, result)
+}
+
+func sendShadow(ctx context.Context, pl *pool.Pool, req *protocol.Request) error {
 	if !req.Op.IsRetrieval() {
 		var resp [1]protocol.Response
 		return pl.Member(pl.Locate(req.Key)).Server.Do(ctx, req, resp[:])
@@ -218,84 +149,6 @@ func sendShadow(ctx context.Context, job *shadowJob) error {
 		}
 	}
 	return first
-}
-
-// close stops taking requests and waits for the workers to send what is queued, or, when
-// ctx ends first, cancels what they are sending (the rest fails at once) and waits for them.
-func (q *shadowQueue) close(ctx context.Context) error {
-	q.mu.Lock()
-	if !q.closed {
-		q.closed = true
-		close(q.stop)
-	}
-	q.mu.Unlock()
-	done := make(chan struct{})
-	go func() { q.workers.Wait(); close(done) }() // exits when the workers have
-	select {
-	case <-done:
-		q.cancel()
-		return nil
-	case <-ctx.Done():
-		q.cancel()
-		<-done
-		return ctx.Err()
-	}
-}
-
-// copyRequest copies what a server needs of req into one new buffer (request bytes belong
-// to the client's connection, and the job outlives the handler), with keys as the keys of
-// a retrieval. Replies the client asked to suppress are asked for: the shadow's answers
-// are read and thrown away.
-func copyRequest(req *protocol.Request, keys [][]byte) protocol.Request {
-	n := len(req.Key) + len(req.Value) + len(req.Meta.KeyToken)
-	for _, k := range keys {
-		n += len(k)
-	}
-	for _, f := range req.Meta.Flags {
-		n += len(f.Token)
-	}
-	buf := make([]byte, 0, n)
-	clone := func(b []byte) []byte {
-		if b == nil {
-			return nil
-		}
-		buf = append(buf, b...)
-		return buf[len(buf)-len(b) : len(buf) : len(buf)]
-	}
-	c := protocol.Request{
-		Op: req.Op, Flags: req.Flags, Exptime: req.Exptime, Cas: req.Cas, Delta: req.Delta,
-		Initial: req.Initial, Create: req.Create, Opcode: req.Opcode, Binary: req.Binary, WithKey: req.WithKey,
-	}
-	c.Key = clone(req.Key)
-	c.Value = clone(req.Value)
-	if keys != nil {
-		c.Keys = make([][]byte, len(keys))
-		for i, k := range keys {
-			c.Keys[i] = clone(k)
-		}
-	}
-	if req.Op.IsMeta() {
-		c.Meta = req.Meta
-		c.Meta.KeyToken = clone(req.Meta.KeyToken)
-		c.Meta.Flags = make([]protocol.MetaFlag, 0, len(req.Meta.Flags))
-		for _, f := range req.Meta.Flags {
-			if f.Letter == 'q' {
-				continue
-			}
-			c.Meta.Flags = append(c.Meta.Flags, protocol.MetaFlag{Letter: f.Letter, Token: clone(f.Token)})
-		}
-		c.Meta.Quiet = false
-	}
-	return c
-}
-
-// requestBytes is about the memory a copy of r held in the background holds.
-func requestBytes(r *protocol.Request) int64 {
-	n := 256 + len(r.Key) + len(r.Value) + len(r.Meta.KeyToken) + 24*len(r.Meta.Flags)
-	for _, k := range r.Keys {
-		n += 24 + len(k)
-	}
-	return int64(n)
 }
 
 // The results of moxi_shadow_requests_total.

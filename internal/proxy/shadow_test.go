@@ -95,8 +95,8 @@ func TestShadowQueueBounded(t *testing.T) {
 	defer cancel()
 	_ = p.Close(ctx) // gives up on the stuck shadow requests; its workers exit
 	dropped := value(t, reg, "moxi_shadow_requests_total", "pool", "main", "result", "dropped")
-	if dropped < n-1024-8 {
-		t.Errorf("dropped = %v of %d, want all but the queue's 1024 and the workers' 8", dropped, n)
+	if dropped < n-1024 {
+		t.Errorf("dropped = %v of %d, want all but the 1024 queued or being sent", dropped, n)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/keyhash"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
@@ -273,7 +274,7 @@ func (e *statusError) Error() string {
 // warm-up copy can tell whether a write of its key began or ended since it read
 // (warmup.go). A stripe shared by other keys only costs those keys their sharing, or a
 // copy, for a moment.
-type writeStripes [1024]writeStripe
+type writeStripes struct{ keyhash.Stripes[writeStripe] }
 
 type writeStripe struct {
 	mu     sync.Mutex
@@ -281,37 +282,29 @@ type writeStripe struct {
 	epochs uint64       // writes ended; guarded by mu
 }
 
-func stripe(key []byte) int {
-	h := uint32(2166136261) // FNV-1a
-	for _, c := range key {
-		h = (h ^ uint32(c)) * 16777619
-	}
-	return int(h % uint32(len(writeStripes{})))
-}
-
 func (w *writeStripes) begin(key []byte) {
-	s := &w[stripe(key)]
+	s := w.Of(key)
 	s.mu.Lock()
 	s.n.Add(1)
 	s.mu.Unlock()
 }
 
 func (w *writeStripes) end(key []byte) {
-	s := &w[stripe(key)]
+	s := w.Of(key)
 	s.mu.Lock()
 	s.n.Add(-1)
 	s.epochs++
 	s.mu.Unlock()
 }
 
-func (w *writeStripes) inFlight(key []byte) bool { return w[stripe(key)].n.Load() != 0 }
+func (w *writeStripes) inFlight(key []byte) bool { return w.Of(key).n.Load() != 0 }
 
 // busy is an epoch no stripe reaches: epoch's answer while a write is in flight.
 const busy = ^uint64(0)
 
 // epoch is the count of key's stripe's ended writes, or busy while one is in flight.
 func (w *writeStripes) epoch(key []byte) uint64 {
-	s := &w[stripe(key)]
+	s := w.Of(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.n.Load() != 0 {
@@ -323,7 +316,7 @@ func (w *writeStripes) epoch(key []byte) uint64 {
 // ifQuiet runs fn under key's stripe's lock when no write of the stripe began or ended
 // since epoch returned e: a write that begins meanwhile waits for fn.
 func (w *writeStripes) ifQuiet(key []byte, e uint64, fn func()) {
-	s := &w[stripe(key)]
+	s := w.Of(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.n.Load() == 0 && s.epochs == e {

@@ -25,6 +25,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/tlsfiles"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // Builder makes topologies and owns the servers they use. Safe for concurrent use, though
@@ -375,7 +376,8 @@ type unconnected struct{}
 
 var _ pool.Server = unconnected{}
 
-func (unconnected) Do(context.Context, *protocol.Request, []protocol.Response) error {
+func (unconnected) Do(ctx context.Context, _ *protocol.Request, _ []protocol.Response) error {
+	turn.Dispatched(ctx) // failed at once, as every Server's request that cannot be sent
 	return errors.New("not connected: topology built for --check")
 }
 func (u unconnected) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {

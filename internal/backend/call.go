@@ -8,22 +8,29 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
-// call is one client request on its way to the server: the packets it needs, and the
-// answers as they arrive. The caller fills it, a conn owns it from enqueue until complete,
-// then the caller reads it. A call whose caller gave up (abandon) stays with the conn, which
-// drops the late answer: the opaques stay in step and no other caller sees it.
+// call is one client request, or a batch of them, on its way to the server: the packets it
+// needs, and the answers as they arrive. The caller fills it, a conn owns it from enqueue
+// until complete, then the caller reads it. A call whose caller gave up (abandon) stays with
+// the conn, which drops the late answer: the stream stays in step and no other caller sees
+// it.
+//
+// The same call travels on both kinds of connection (see conn): binary packets matched by
+// opaque, or meta requests (meta true) matched in order.
 type call struct {
 	// Set by the caller before enqueue.
 	req   *protocol.Request  // valid only during Server.Do, read only while encoding
-	batch []protocol.Request // or a batch of single-key requests (DoBatch), valid as long
+	batch []protocol.Request // or a batch of single-key requests (DoBatch), read only while encoding
 	keys  [][]byte           // retrieval: distinct keys in first-seen order
 	index []int              // retrieval: req.Keys[i] is keys[index[i]]
 	seen  map[string]int     // retrieval: keys' positions, once there are many
-	n     uint32             // opaques the call spans: one per packet that may be answered
+	n     uint32             // answers the call expects: one per packet or meta request that may be answered
 	stats bool               // a stat answer: many packets with one opaque
+	meta  bool               // batch is meta requests, for a meta connection
+	mn    []bool             // meta: whether request i's answer is read through an mn (protocol.MetaThroughMN)
 
 	// Owned by the conn between enqueue and complete.
 	base  uint32              // first opaque
+	got   uint32              // meta: answers received so far
 	resps []protocol.Response // one per opaque; a batch's last is its noop
 	err   error               // the connection failed before the answer arrived
 
@@ -32,6 +39,19 @@ type call struct {
 	done     chan struct{} // receives once when state becomes callDone
 	timer    *time.Timer   // the caller's timeout
 	orphaned bool          // caller only: abandoned, so never returned to the pool
+
+	// A started call (Server.StartBatch) has no caller waiting: it is finished by whoever
+	// ends it, the conn that completes it or its alarm.
+	s       *Server
+	then    func()              // the caller's done; nil for a call its caller waits for
+	out     []protocol.Response // the caller's answers
+	outErrs []error             // and errors
+	count   int                 // the client requests it stands for
+	begun   time.Time
+	on      *conn        // the connection it was queued on
+	alarm   *time.Timer  // its timeout (onAlarm), made once per call
+	refs    atomic.Int32 // StartBatch and the end of the call: the later finishes it
+	result  error        // why it ended, set by whoever ended it
 }
 
 const (
@@ -40,17 +60,31 @@ const (
 	callAbandoned
 )
 
-func newCall() *call {
+func newCall(s *Server) *call {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &call{done: make(chan struct{}, 1), timer: t}
+	cl := &call{s: s, done: make(chan struct{}, 1), timer: t}
+	cl.alarm = time.AfterFunc(time.Hour, cl.onAlarm)
+	cl.alarm.Stop()
+	return cl
 }
 
 func (cl *call) reset() {
 	clear(cl.keys)
 	clear(cl.resps)
 	clear(cl.seen)
-	*cl = call{keys: cl.keys[:0], index: cl.index[:0], seen: cl.seen, resps: cl.resps[:0], done: cl.done, timer: cl.timer}
+	*cl = call{keys: cl.keys[:0], index: cl.index[:0], seen: cl.seen, mn: cl.mn[:0], resps: cl.resps[:0], done: cl.done, timer: cl.timer, s: cl.s, alarm: cl.alarm}
+}
+
+// prepareMeta readies a batch of meta requests: each is sent as the client sent it, q aside
+// (protocol.AppendMetaRequest), and answered once, in order.
+func (cl *call) prepareMeta(reqs []protocol.Request) {
+	cl.batch, cl.meta = reqs, true
+	cl.n = uint32(len(reqs))
+	for i := range reqs {
+		cl.resps = append(cl.resps, protocol.Response{})
+		cl.mn = append(cl.mn, protocol.MetaThroughMN(&reqs[i]))
+	}
 }
 
 // prepareSingle readies a call for any request but a retrieval: one packet, one answer.
@@ -125,6 +159,12 @@ const smallBatch = 32
 // encode appends the call's packets, numbered from base.
 func (cl *call) encode(dst []byte, base uint32) []byte {
 	cl.base = base
+	if cl.meta {
+		for i := range cl.batch {
+			dst = protocol.AppendMetaRequest(dst, &cl.batch[i])
+		}
+		return dst
+	}
 	if cl.batch != nil {
 		for i := range cl.batch {
 			dst = encodeSingle(dst, &cl.batch[i], base+uint32(i), quietly(&cl.batch[i]))
@@ -161,10 +201,23 @@ func casZero(req *protocol.Request) bool {
 	return req.Op == protocol.OpCas && req.Cas == 0
 }
 
-// quietly reports whether a write in a batch is sent quiet: the client does not see its
-// success (a binary quiet command, a text noreply), so only a failure need come back.
+// quietly reports whether a write in a batch is sent quiet: only a failure need come back
+// when the client does not see its success (a binary quiet command, a text noreply), or
+// sees nothing of it but the word (a text set's STORED, a delete's DELETED, which a quiet
+// success answers as well). A batch of text sets then costs the server one answer, the
+// batch's noop, instead of one each.
 func quietly(req *protocol.Request) bool {
-	return (req.Quiet || req.NoReply) && !casZero(req)
+	if casZero(req) {
+		return false
+	}
+	if req.Quiet || req.NoReply {
+		return true
+	}
+	switch req.Op {
+	case protocol.OpSet, protocol.OpAdd, protocol.OpReplace, protocol.OpAppend, protocol.OpPrepend, protocol.OpCas, protocol.OpDelete:
+		return !req.Binary // a binary client's answer carries the new cas, which only a loud one gets
+	}
+	return false
 }
 
 // encodeSingle appends the packet of a single-key request, as opaque.
@@ -189,7 +242,11 @@ func answerSingle(req *protocol.Request, got *protocol.Response) protocol.Respon
 		}
 		return r
 	}
-	return *got
+	r := *got
+	if req.Op.IsRetrieval() {
+		r.Key = req.Keys[0] // a batch's gets are of one key each
+	}
+	return r
 }
 
 // answer copies the answers into the caller's responses, in the caller's key order.
@@ -204,10 +261,43 @@ func (cl *call) answer(req *protocol.Request, resps []protocol.Response) {
 	}
 }
 
-// complete hands the finished call to its caller, unless the caller has given up.
+// complete hands the finished call to its caller, unless the caller has given up; a
+// started call it finishes.
 func (cl *call) complete() {
-	if cl.state.CompareAndSwap(callWaiting, callDone) {
-		cl.done <- struct{}{}
+	if !cl.state.CompareAndSwap(callWaiting, callDone) {
+		return
+	}
+	if cl.then != nil {
+		cl.result = cl.err
+		cl.unref()
+		return
+	}
+	cl.done <- struct{}{}
+}
+
+// onAlarm ends a started call whose server has been silent for Timeout (see Server.wait),
+// or sets the alarm again for the rest of it. It runs on a goroutine of its own.
+func (cl *call) onAlarm() {
+	if cl.state.Load() != callWaiting {
+		return
+	}
+	timeout := cl.s.opts.Timeout
+	if quiet := cl.on.silence(cl.sent.Load()); quiet < timeout {
+		cl.alarm.Reset(timeout - quiet) // nothing after this: the call may be reused once it is set
+		return
+	}
+	if cl.abandon() {
+		// The connection still owns cl and will drop its late answer; never reuse it.
+		cl.orphaned = true
+		cl.result = ErrTimeout
+		cl.unref()
+	}
+}
+
+// unref drops one of a started call's two references; the last finishes it.
+func (cl *call) unref() {
+	if cl.refs.Add(-1) == 0 {
+		cl.s.finishStarted(cl)
 	}
 }
 

@@ -26,7 +26,11 @@ const maxYields = 8
 // keepWriteBuffer bounds the write buffer kept between bursts (a 1 MB set is not pinned).
 const keepWriteBuffer = 256 << 10
 
-// conn is one persistent connection to the server, redialed whenever it breaks.
+// conn is one persistent connection to the server, redialed whenever it breaks: the one
+// engine of both kinds of connection a Server keeps, binary ones (its requests' packets are
+// matched back to their calls by opaque) and meta ones (meta requests in the text protocol,
+// answered in order; meta.go). Only how a call is encoded (call.encode) and how an answer is
+// read (readLoop) differ.
 //
 // Callers encode their packets into wbuf. A caller that finds nobody writing writes wbuf
 // itself (flush), once: a lone request costs no hand-off to another goroutine. Packets
@@ -35,6 +39,7 @@ const keepWriteBuffer = 256 << 10
 // earns its keep. dialLoop dials and then reads, completing calls in order.
 type conn struct {
 	s       *Server
+	meta    bool         // a meta connection
 	up      atomic.Bool  // a connection is established; read without mu to pick a conn
 	pending atomic.Bool  // wbuf holds packets a write in progress has not taken (set under mu)
 	waiting atomic.Int64 // the clock when readLoop began to wait for bytes; 0 while it is busy with some
@@ -55,9 +60,9 @@ type conn struct {
 	closed  bool          // Close was called
 }
 
-func newConn(s *Server) *conn {
+func newConn(s *Server, meta bool) *conn {
 	// Born dialing, so that a request made before dialLoop starts waits for the first dial.
-	return &conn{s: s, ready: make(chan struct{}), dialing: true}
+	return &conn{s: s, meta: meta, ready: make(chan struct{}), dialing: true}
 }
 
 // enqueue encodes cl and queues it for writing; false when the connection is down. The
@@ -77,12 +82,13 @@ func (c *conn) enqueue(cl *call) bool {
 	return true
 }
 
-// flush has the queued packets written when nobody is writing to the connection. A lone
-// request (inline) is written by the caller: one system call on its own goroutine, what is
-// queued during it left to writeLoop, so that a caller never writes for others for long.
-// Pipelined requests, which arrive one after another, leave it to writeLoop, which lets
-// them share a write.
-func (c *conn) flush(inline bool) {
+// flush has the queued packets written when nobody is writing to the connection: the
+// caller writes them itself, once, rather than waking another goroutine to. When other
+// requests are in flight it first yields, so that the goroutines about to queue theirs (other
+// clients' requests) do so and share this write: under load many requests share one system
+// call, which is where a proxy earns its keep. What is queued during the write is left to
+// writeLoop, so that a caller never writes for others for long.
+func (c *conn) flush() {
 	c.mu.Lock()
 	nc := c.nc
 	if c.writer != nil || nc == nil || len(c.wbuf) == 0 {
@@ -91,11 +97,15 @@ func (c *conn) flush(inline bool) {
 	}
 	c.writer = nc
 	kick := c.kick
-	if !inline {
-		c.pending.Store(true)
+	if c.s.inFlight.Load() > 1 {
+		c.pending.Store(true) // requests picking a connection join this write (Server.pick)
 		c.mu.Unlock()
-		kick <- struct{}{}
-		return
+		runtime.Gosched()
+		c.mu.Lock()
+		if c.writer != nc {
+			c.mu.Unlock() // nc failed meanwhile
+			return
+		}
 	}
 	if !c.writeOnce(nc) {
 		return
@@ -240,6 +250,13 @@ func (c *conn) waitReady(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
+// beingDialed reports whether a dial of c is in progress.
+func (c *conn) beingDialed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dialing
+}
+
 // downErr is why c, not connected, cannot take a request now.
 func (c *conn) downErr() error {
 	c.mu.Lock()
@@ -334,17 +351,14 @@ func (c *conn) readLoop(nc net.Conn) {
 			c.fail(nc, fmt.Errorf("read: %w", err))
 			return
 		}
-		var resp protocol.Response
+		var err error
 		pr.begin()
-		err := protocol.ReadBinaryResponse(br, lim, &h, &resp)
+		if c.meta {
+			err = c.readMeta(br, lim)
+		} else {
+			err = c.readBinary(br, lim, &h)
+		}
 		pr.end()
-		if errors.Is(err, protocol.ErrBinaryTooLarge) {
-			resp = protocol.Response{Status: protocol.StatusTempFailure, Msg: "answer larger than max_value_bytes"}
-			err = nil
-		}
-		if err == nil {
-			err = c.deliver(&h, &resp)
-		}
 		if err != nil {
 			c.fail(nc, fmt.Errorf("read: %w", err))
 			return
@@ -352,23 +366,18 @@ func (c *conn) readLoop(nc net.Conn) {
 	}
 }
 
-// watchedReader is the connection as readLoop reads it: it notes when readLoop waits for
-// the server, the only time a silence can be the server's.
-type watchedReader struct {
-	c *conn
-	r *pacedReader
-}
-
-func (r watchedReader) Read(p []byte) (int, error) {
-	r.c.waiting.Store(r.c.s.clock())
-	n, err := r.r.Read(p)
-	r.c.waiting.Store(0)
-	return n, err
-}
-
-// deliver gives one answer packet to the call it belongs to: the oldest call in the queue,
-// since memcached answers in order.
-func (c *conn) deliver(h *protocol.BinaryResponseHeader, resp *protocol.Response) error {
+// readBinary reads one answer packet and gives it to the call it belongs to: the oldest
+// call in the queue, since memcached answers in order, which knows it by its opaque.
+func (c *conn) readBinary(br *bufio.Reader, lim protocol.Limits, h *protocol.BinaryResponseHeader) error {
+	var resp protocol.Response
+	err := protocol.ReadBinaryResponse(br, lim, h, &resp)
+	if errors.Is(err, protocol.ErrBinaryTooLarge) {
+		resp = protocol.Response{Status: protocol.StatusTempFailure, Msg: "answer larger than max_value_bytes"}
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	cl := c.queue.front()
 	if cl == nil {
@@ -389,8 +398,42 @@ func (c *conn) deliver(h *protocol.BinaryResponseHeader, resp *protocol.Response
 			cl.resps[0].Status, cl.resps[0].Msg = resp.Status, resp.Msg
 		}
 	} else {
-		cl.resps[i] = *resp // a batch's noop lands in its own slot, which nobody reads
+		cl.resps[i] = resp // a batch's noop lands in its own slot, which nobody reads
 	}
+	c.deliveredLocked(cl, last)
+	return nil
+}
+
+// readMeta reads the answer to the oldest call's next meta request: only that request can
+// say how far its answer goes (protocol.ReadMetaAnswerFor).
+func (c *conn) readMeta(br *bufio.Reader, lim protocol.Limits) error {
+	c.mu.Lock()
+	cl := c.queue.front()
+	if cl == nil {
+		c.mu.Unlock()
+		return errDesync
+	}
+	throughMN := cl.mn[cl.got]
+	c.mu.Unlock()
+	var resp protocol.Response
+	if err := protocol.ReadMetaAnswerFor(br, lim, throughMN, &resp); err != nil {
+		return err
+	}
+	oneLine(&resp)
+	c.mu.Lock()
+	if c.queue.front() != cl {
+		c.mu.Unlock()
+		return errDesync // failed meanwhile: fail has answered cl
+	}
+	cl.resps[cl.got] = resp
+	cl.got++
+	c.deliveredLocked(cl, cl.got == cl.n)
+	return nil
+}
+
+// deliveredLocked ends the delivery of an answer to cl, the oldest call, which is complete
+// when this was its last answer. The caller holds mu, which is unlocked on return.
+func (c *conn) deliveredLocked(cl *call, last bool) {
 	if last {
 		c.queue.pop()
 	}
@@ -398,7 +441,20 @@ func (c *conn) deliver(h *protocol.BinaryResponseHeader, resp *protocol.Response
 	if last {
 		cl.complete()
 	}
-	return nil
+}
+
+// watchedReader is the connection as readLoop reads it: it notes when readLoop waits for
+// the server, the only time a silence can be the server's.
+type watchedReader struct {
+	c *conn
+	r *pacedReader
+}
+
+func (r watchedReader) Read(p []byte) (int, error) {
+	r.c.waiting.Store(r.c.s.clock())
+	n, err := r.r.Read(p)
+	r.c.waiting.Store(0)
+	return n, err
 }
 
 // fail closes nc after an I/O error and fails every call waiting on it; dialLoop redials.

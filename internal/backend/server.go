@@ -97,7 +97,7 @@ func New(opts Options) *Server {
 	s.health.init()
 	s.conns = make([]*conn, opts.Connections)
 	for i := range s.conns {
-		s.conns[i] = newConn(s)
+		s.conns[i] = newConn(s, false)
 	}
 	for _, c := range s.conns {
 		s.wg.Add(1)
@@ -147,8 +147,7 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 }
 
 // DoBatch sends reqs as one run of packets and waits for their answers (see
-// pool.Server): a connection failure or a timeout fails them all. A retrieval's answer
-// has no Key; the caller knows it. A run of meta requests goes on a meta connection
+// pool.Server): a connection failure or a timeout fails them all. A run of meta requests goes on a meta connection
 // (meta.go); a run mixing both kinds goes one request at a time.
 func (s *Server) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
 	switch metas := countMeta(reqs); {
@@ -169,6 +168,76 @@ func (s *Server) DoBatch(ctx context.Context, reqs []protocol.Request, resps []p
 			resps[i] = answerSingle(&reqs[i], &cl.resps[i])
 		}
 	}
+}
+
+// StartBatch sends reqs as DoBatch does, but returns once they are queued: the connection's
+// reader finishes them when their answers arrive (pool.Starter). It declines (false) what
+// would make it wait: no room among the requests in flight, no connection up, a dead
+// server, a switch of path (turn.Switch), a run mixing meta and other requests.
+func (s *Server) StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+	path := pathBinary
+	switch metas := countMeta(reqs); {
+	case metas == len(reqs):
+		path = pathMeta
+	case metas > 0:
+		return false
+	}
+	if ctx.Err() != nil || s.health.dead.Load() || turn.WouldSwitch(ctx, s, path) {
+		return false
+	}
+	select {
+	case s.slots <- struct{}{}:
+		s.inFlight.Add(1)
+	default:
+		return false
+	}
+	cl := s.getCall()
+	var c *conn
+	if path == pathMeta {
+		c = s.metaConn(ctx, true)
+		cl.prepareMeta(reqs)
+	} else {
+		c = s.pick(ctx)
+		cl.prepareBatch(reqs)
+	}
+	cl.then, cl.out, cl.outErrs, cl.count, cl.begun, cl.on = done, resps, errs, len(reqs), time.Now(), c
+	cl.refs.Store(2)
+	if c == nil || !c.enqueue(cl) {
+		cl.then = nil
+		s.putCall(cl)
+		s.release()
+		return false
+	}
+	s.requests.Add(uint64(len(reqs)))
+	turn.Switch(ctx, s, path) // records the path, which WouldSwitch found needs no wait
+	turn.Dispatched(ctx)
+	cl.alarm.Reset(s.opts.Timeout)
+	c.flush()
+	cl.unref()
+	return true
+}
+
+// finishStarted ends a started call once it is answered, failed or timed out, and hands
+// the answers to its caller.
+func (s *Server) finishStarted(cl *call) {
+	if !cl.orphaned && !cl.alarm.Stop() {
+		cl.orphaned = true // onAlarm is running: it must not find the call reused
+	}
+	s.release()
+	err := s.outcome(cl.result, cl.count, cl.begun)
+	for i := range cl.outErrs {
+		cl.outErrs[i] = err
+		switch {
+		case err != nil:
+		case cl.meta:
+			cl.out[i] = cl.resps[i]
+		default:
+			cl.out[i] = answerSingle(&cl.batch[i], &cl.resps[i])
+		}
+	}
+	then := cl.then
+	s.putCall(cl)
+	then()
 }
 
 // exchange sends cl, which stands for n client requests, and waits for its answers,
@@ -216,10 +285,7 @@ func (s *Server) send(ctx context.Context, cl *call, n int) error {
 		// Its place among c's requests is fixed: the client's next request may go.
 		dispatched = true
 		turn.Dispatched(ctx)
-		// A lone request, the only one in flight to the server, is written at once by its
-		// own goroutine; under load the writer batches (see conn.flush).
-		_, pipelined := turn.Affinity(ctx)
-		c.flush(!pipelined && s.inFlight.Load() <= 1)
+		c.flush()
 		err = s.wait(ctx, c, cl)
 	}
 	if err == nil {
@@ -258,7 +324,15 @@ func (s *Server) outcome(err error, n int, start time.Time) error {
 
 // queue puts cl on a connection, waiting for a dial in progress if it must.
 func (s *Server) queue(ctx context.Context, cl *call) (*conn, error) {
-	c := s.pick(ctx)
+	var c *conn
+	if cl.meta {
+		c = s.metaConn(ctx, true)
+		if c == nil {
+			return nil, ErrClosed
+		}
+	} else {
+		c = s.pick(ctx)
+	}
 	if c.enqueue(cl) {
 		return c, nil
 	}
@@ -400,7 +474,10 @@ func (s *Server) Stats() []protocol.Stat {
 func (s *Server) pick(ctx context.Context) *conn {
 	n := uint32(len(s.conns))
 	if a, ok := turn.Affinity(ctx); ok {
-		if c := s.conns[a%n]; c.up.Load() {
+		// Being dialed (first dial, or a redial): the request waits for it (queue) rather
+		// than go on another connection, where a later request of the client could be
+		// executed before an earlier one on this.
+		if c := s.conns[a%n]; c.up.Load() || c.beingDialed() {
 			return c
 		}
 	}
@@ -423,7 +500,7 @@ func (s *Server) getCall() *call {
 	if cl, ok := s.calls.Get().(*call); ok {
 		return cl
 	}
-	return newCall()
+	return newCall(s)
 }
 
 func (s *Server) putCall(cl *call) {

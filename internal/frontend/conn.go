@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
@@ -60,8 +61,10 @@ var (
 // answer before it are ready, by whichever goroutine holds the writer token; answers that
 // are ready together leave in one write.
 type conn struct {
-	s  *Server
-	nc net.Conn
+	s       *Server
+	nc      net.Conn
+	raw     syscall.RawConn // nc's descriptor, for writes that must not wait (tryWrite); nil for TLS
+	starter Starter         // the handler, when it can start runs (see begin); else nil
 
 	// Owned by the reader.
 	//
@@ -109,14 +112,23 @@ type conn struct {
 	readDeadline bool      // a read deadline is set on nc
 
 	// Owned by the writer token's holder.
-	written []*task
-	wbuf    []byte
-	wbufs   net.Buffers
+	written  []*task
+	wbuf     []byte
+	wbufs    net.Buffers
+	restAt   int      // what of wbuf a write that must not wait left to writeRest; -1: all of written
+	rawWrite rawWrite // tryWrite's
 }
 
 func newConn(s *Server, nc net.Conn, affinity uint32) *conn {
 	c := &conn{s: s, nc: nc, chain: turn.NewChain(affinity), room: make(chan struct{}, 1)}
 	c.cond.L = &c.mu
+	c.starter, _ = s.Handler.(Starter)
+	switch plain := nc.(type) { // bytes written to the socket are the client's (not TLS's)
+	case *net.TCPConn:
+		c.raw, _ = plain.SyscallConn()
+	case *net.UnixConn:
+		c.raw, _ = plain.SyscallConn()
+	}
 	c.perKey.Store(int64(s.limits().MaxValueBytes))
 	return c
 }
@@ -286,7 +298,7 @@ func (c *conn) readBusy() error {
 				continue // more may follow: answer them together
 			}
 			c.startBatch()
-		} else if err == nil && c.runnable() && (c.building != nil || c.more()) {
+		} else if err == nil && c.runnable() && (c.building != nil || c.more() || c.starter != nil) {
 			c.startBatch()
 			c.addToRun()
 			if c.more() && len(c.building.batch) < maxRunRequests && len(c.building.data) < maxRunBytes && c.answerFits(c.building.valueKeys) {
@@ -540,14 +552,60 @@ func (c *conn) start(t *task) {
 	if !c.admit(t) {
 		alone = false
 	}
+	if t.single && c.starter != nil {
+		// A run whose turn has come is started here, and answered by whoever reads its
+		// answers; the reader goes on reading.
+		c.chain.Next(&t.turn)
+		if t.turn.Ready() && c.begin(t) {
+			return
+		}
+	}
 	if alone {
 		c.run(t)
 		return
 	}
-	c.chain.Next(&t.turn)
+	if t.turn.Zero() {
+		c.chain.Next(&t.turn)
+	}
 	t.own()
 	t.conn = c
 	c.s.dispatch(t)
+}
+
+// begin offers t, a run whose turn has come, to the handler's Start; false when it
+// declined, and t is run as any other.
+func (c *conn) begin(t *task) (started bool) {
+	started = true // a panic completes t (recoverPanic): it must not be run again
+	defer c.recoverPanic(t)
+	if hook := c.s.PanicHook; hook != nil {
+		for i := range t.batch {
+			hook(&t.batch[i])
+		}
+	}
+	t.resps = t.resps[:0]
+	for range t.batch {
+		t.resps = append(t.resps, protocol.Response{})
+	}
+	t.conn = c
+	return c.starter.Start(t, t.batch, t.resps, t.finishFunc)
+}
+
+// finishStarted answers t, a run the handler started, once its answers are final. It runs
+// on whatever goroutine finished the run, a server connection's reader perhaps, and so
+// never waits for the client (see completeStarted).
+func (c *conn) finishStarted(t *task) {
+	if !c.encodeStarted(t) {
+		return // it panicked: recoverPanic completed t
+	}
+	c.answered(t)
+	c.mu.Lock()
+	t.done = true
+	if c.writing || c.burst || c.queue[c.head] != t {
+		c.mu.Unlock()
+		return // the writer, or the end of the reader's burst, writes it
+	}
+	c.writing = true
+	c.writeDue(true)
 }
 
 // admit waits for room in the window and the byte account, and queues t: its request's
@@ -614,13 +672,16 @@ func (c *conn) run(t *task) {
 		c.stream(t)
 		return
 	}
-	if t.single {
+	switch {
+	case t.single && len(t.batch) == 1:
+		t.resps = c.s.Handler.Handle(t, &t.batch[0], t.resps[:0]) // a lone request, made a run for Start
+	case t.single:
 		t.resps = t.resps[:0]
 		for range t.batch {
 			t.resps = append(t.resps, protocol.Response{})
 		}
 		c.s.Handler.HandleRun(t, t.batch, t.resps)
-	} else {
+	default:
 		t.resps = c.s.Handler.Handle(t, &t.req, t.resps[:0])
 	}
 	t.turn.Release()
@@ -814,10 +875,25 @@ func (c *conn) complete(t *task) {
 	c.writeLocked()
 }
 
+// encodeStarted encodes the answer of a started run; false when that panicked.
+func (c *conn) encodeStarted(t *task) (ok bool) {
+	defer c.recoverPanic(t)
+	t.turn.Release()
+	t.out, _ = c.encode(t.out[:0], t, &t.req, t.resps, 0, true)
+	clear(t.resps) // the answer holds its values now: let the server's copies go
+	return true
+}
+
 // writeLocked writes the answers that are due, in order, until the first one not ready;
 // the caller holds mu and the writer token, which it gives up, and mu is unlocked on
 // return.
-func (c *conn) writeLocked() {
+func (c *conn) writeLocked() { c.writeDue(false) }
+
+// writeDue is writeLocked. When the caller must not wait for the client (a server
+// connection's reader, see finishStarted), it writes only what the socket takes at once,
+// and leaves the rest, with the writer token, to a goroutine of its own (writeRest): a
+// client that stops reading costs its own connection alone.
+func (c *conn) writeDue(mustNotWait bool) {
 	for {
 		n := 0
 		for c.head+n < len(c.queue) && c.queue[c.head+n].done {
@@ -844,25 +920,110 @@ func (c *conn) writeLocked() {
 
 		var err error
 		if broken == nil {
-			err = c.writeOut(c.written)
+			if mustNotWait {
+				var left bool
+				if left, err = c.tryWriteOut(c.written); left {
+					go c.writeRest()
+					return
+				}
+			} else {
+				err = c.writeOut(c.written)
+			}
 		}
-		var released int64
-		for _, t := range c.written {
-			released += t.held
-		}
-		c.hold(-released)
-		c.mu.Lock()
-		if err != nil && c.broken == nil {
-			c.fail(err)
-		}
-		for _, t := range c.written {
-			c.windowUsed -= t.weight
-			c.s.putTask(t)
-		}
-		clear(c.written)
-		c.cond.Broadcast()
-		c.signalRoom() // the window has room again, whatever the account says
+		c.wrote(err)
 	}
+}
+
+// wrote ends the write of the answers in written, which failed with err when not nil; it
+// returns holding mu.
+func (c *conn) wrote(err error) {
+	var released int64
+	for _, t := range c.written {
+		released += t.held
+	}
+	c.hold(-released)
+	c.mu.Lock()
+	if err != nil && c.broken == nil {
+		c.fail(err)
+	}
+	for _, t := range c.written {
+		c.windowUsed -= t.weight
+		c.s.putTask(t)
+	}
+	clear(c.written)
+	c.cond.Broadcast()
+	c.signalRoom() // the window has room again, whatever the account says
+}
+
+// tryWriteOut writes the answers of tasks as far as the socket takes them without waiting.
+// left reports that some are left to writeRest: the part of wbuf from restAt, or, when
+// restAt is -1, all of them (too large to copy together, or no descriptor to write to
+// without waiting).
+func (c *conn) tryWriteOut(tasks []*task) (left bool, err error) {
+	total := 0
+	for _, t := range tasks {
+		total += len(t.out)
+	}
+	if total > keepOutput || c.raw == nil {
+		c.restAt = -1
+		return total > 0, nil
+	}
+	c.wbuf = c.wbuf[:0]
+	for _, t := range tasks {
+		c.wbuf = append(c.wbuf, t.out...)
+	}
+	n, err := c.tryWrite(c.wbuf)
+	if err != nil || n == len(c.wbuf) {
+		return false, err
+	}
+	c.restAt = n
+	return true, nil
+}
+
+// tryWrite writes what the socket takes of b at once: one system call that does not wait.
+func (c *conn) tryWrite(b []byte) (int, error) {
+	w := &c.rawWrite
+	if w.fn == nil {
+		w.fn = w.write // made once: a closure per call would allocate
+	}
+	w.b = b
+	err := c.raw.Write(w.fn)
+	n, werr := w.n, w.err
+	*w = rawWrite{fn: w.fn}
+	if err != nil {
+		return n, err
+	}
+	return n, werr
+}
+
+// rawWrite is one tryWrite's system call and its outcome.
+type rawWrite struct {
+	b   []byte
+	n   int
+	err error
+	fn  func(fd uintptr) bool // write
+}
+
+func (w *rawWrite) write(fd uintptr) bool {
+	w.n, w.err = syscall.Write(int(fd), w.b)
+	if errors.Is(w.err, syscall.EAGAIN) || errors.Is(w.err, syscall.EINTR) {
+		w.err = nil
+	}
+	w.n = max(w.n, 0)
+	return true // never wait for the socket
+}
+
+// writeRest finishes a write that tryWriteOut left, holding the writer token, and then
+// writes what has become due meanwhile.
+func (c *conn) writeRest() {
+	var err error
+	if c.restAt < 0 {
+		err = c.writeOut(c.written)
+	} else {
+		err = c.write(c.wbuf[c.restAt:])
+	}
+	c.wrote(err)
+	c.writeDue(false)
 }
 
 // writeOut writes the answers of tasks in one system call: copied together when small,

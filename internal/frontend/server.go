@@ -31,6 +31,15 @@ type Handler interface {
 	HandleRun(ctx context.Context, reqs []protocol.Request, resps []protocol.Response)
 }
 
+// Starter is a Handler that can also answer a run without a goroutine waiting for it:
+// Start returns true when it took the run, and then calls done exactly once — on any
+// goroutine, perhaps before Start returns; done does not block — when resps are final;
+// false when it did nothing, and the run is handled by HandleRun (a run of one request by
+// Handle). ctx is valid until done.
+type Starter interface {
+	Start(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, done func()) bool
+}
+
 // Server accepts client connections. Set the exported fields before Serve; they are not
 // changed afterwards.
 type Server struct {
@@ -374,7 +383,9 @@ func (s *Server) getTask() *task {
 	if t, ok := s.tasks.Get().(*task); ok {
 		return t
 	}
-	return &task{base: s.ctx}
+	t := &task{base: s.ctx}
+	t.finishFunc = t.finishStarted
+	return t
 }
 
 // putTask takes a task back once its answer is written.

@@ -38,7 +38,12 @@ type task struct {
 	held      int64  // its bytes in the connection's account: request, and answer or reservation
 	out       []byte // the encoded answer; nil until complete, or for a silent answer
 	done      bool   // complete: out is final; guarded by conn.mu
+
+	finishFunc func() // finishStarted, made once per task: the done of a started run
 }
+
+// finishStarted ends a run the handler started (conn.begin) once it is answered.
+func (t *task) finishStarted() { t.conn.finishStarted(t) }
 
 // span is where one request of a run has its key and value in its task's data, unless the
 // request owns its bytes (a meta command, see ownMeta).

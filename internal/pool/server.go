@@ -38,6 +38,19 @@ type Server interface {
 	Close() error
 }
 
+// Starter is a Server that can also send a batch without its caller waiting for the
+// answers: the goroutine that reads them finishes the requests, so a request costs no
+// goroutine parked on it and no wake-up of one.
+type Starter interface {
+	// StartBatch is DoBatch that returns at once. True: the batch was dispatched (package
+	// turn), and done is called exactly once — on any goroutine, perhaps before StartBatch
+	// returns — when resps and errs are final; done must not block. False: nothing was
+	// done and the turn is untouched (no room among the requests in flight, no connection
+	// up, the request must wait for an earlier one on another path); the caller uses
+	// DoBatch.
+	StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool
+}
+
 // DoEach is DoBatch one request at a time, for a server with nothing to gain from batches
 // (an in-process store) or whose rules are per request (a migration). The batch keeps its
 // turn until every request has been executed, so that none is overtaken by the client's

@@ -48,6 +48,7 @@ type Turn struct {
 	parts    atomic.Int32 // dispatches still expected after Split
 	held     atomic.Bool  // Hold: only Release gives the turn on
 	released atomic.Bool
+	taken    bool // Ready found the turn ready: Wait returns at once
 }
 
 // Leave takes a released turn out of its chain, so that it is zero again (Zero) until the
@@ -62,7 +63,7 @@ func (c *Chain) Next(t *Turn) {
 	if t.ready == nil {
 		t.ready = make(chan struct{}, 1)
 	}
-	t.chain, t.next = c, nil
+	t.chain, t.next, t.taken = c, nil, false
 	t.parts.Store(0)
 	t.held.Store(false)
 	t.released.Store(false)
@@ -87,8 +88,23 @@ func (t *Turn) Hold() { t.held.Store(true) }
 // released at the latest when their request ends, which every request does within its
 // timeouts, so Wait needs no deadline of its own.
 func (t *Turn) Wait() {
-	if t.chain != nil {
+	if t.chain != nil && !t.taken {
 		<-t.ready
+	}
+}
+
+// Ready reports whether every earlier turn of the chain has been dispatched, without
+// waiting; once it has said so, Wait returns at once.
+func (t *Turn) Ready() bool {
+	if t.chain == nil || t.taken {
+		return true
+	}
+	select {
+	case <-t.ready:
+		t.taken = true
+		return true
+	default:
+		return false
 	}
 }
 
@@ -180,6 +196,18 @@ type Path uint8
 // maxPaths bounds the servers a Chain remembers paths for.
 const maxPaths = 64
 
+// WouldSwitch reports what Switch would, without recording anything: a caller that can
+// only go on when no wait is needed asks first.
+func WouldSwitch(ctx context.Context, server any, path Path) bool {
+	c := pathsOf(ctx, path)
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.differs(server, path)
+}
+
 // Switch records that the request is about to be dispatched to server on path, and reports
 // whether the connection's previous pipelined request to server may have gone on another
 // path. That one may not have been executed yet, so the caller first waits for it (a round
@@ -187,16 +215,39 @@ const maxPaths = 64
 // connection never used another path for costs no bookkeeping. A request without a turn
 // never switches: nothing of its connection is in flight.
 func Switch(ctx context.Context, server any, path Path) bool {
-	t := From(ctx)
-	if t == nil || t.chain == nil {
-		return false
-	}
-	c := t.chain
-	if path == 0 && !c.otherPaths.Load() {
+	c := pathsOf(ctx, path)
+	if c == nil {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.differs(server, path) {
+		return false
+	}
+	if c.paths == nil {
+		c.paths = make(map[any]Path)
+		c.otherPaths.Store(true)
+	} else if _, known := c.paths[server]; !known && len(c.paths) >= maxPaths {
+		clear(c.paths)
+		c.forgot = true
+	}
+	c.paths[server] = path
+	return true
+}
+
+// pathsOf is the chain whose paths a dispatch on path must consult, nil when none: the
+// request has no turn, or it takes path 0 on a connection that never took another.
+func pathsOf(ctx context.Context, path Path) *Chain {
+	t := From(ctx)
+	if t == nil || t.chain == nil || path == 0 && !t.chain.otherPaths.Load() {
+		return nil
+	}
+	return t.chain
+}
+
+// differs reports whether the connection's last dispatch to server may have taken another
+// path than path; the caller holds mu.
+func (c *Chain) differs(server any, path Path) bool {
 	last, known := c.paths[server]
 	switch {
 	case known && last == path:
@@ -204,13 +255,5 @@ func Switch(ctx context.Context, server any, path Path) bool {
 	case !known && path == 0 && !c.forgot:
 		return false // only ever used path 0, unrecorded
 	}
-	if c.paths == nil {
-		c.paths = make(map[any]Path)
-		c.otherPaths.Store(true)
-	} else if !known && len(c.paths) >= maxPaths {
-		clear(c.paths)
-		c.forgot = true
-	}
-	c.paths[server] = path
 	return true // unknown and not path 0: path 0 may have requests in flight
 }

@@ -72,6 +72,7 @@ type conn struct {
 	// request are read into it and handed to the pooled bufio.Reader through Read. Most
 	// requests fit, so becoming busy costs no extra system call.
 	idle    [512]byte
+	first   *[]byte // the pooled buffer pending is in, when not idle (see readIdle)
 	pending []byte
 	br      *bufio.Reader // nil while idle
 	filled  bool          // the last read from the socket filled its buffer: more may wait there (see more)
@@ -117,6 +118,7 @@ type conn struct {
 	wbufs    net.Buffers
 	restAt   int      // what of wbuf a write that must not wait left to writeRest; -1: all of written
 	rawWrite rawWrite // tryWrite's
+	rawRead  rawRead  // readIdle's; owned by the reader
 }
 
 func newConn(s *Server, nc net.Conn, affinity uint32) *conn {
@@ -142,6 +144,10 @@ func (c *conn) Read(p []byte) (int, error) {
 	if len(c.pending) > 0 {
 		n := copy(p, c.pending)
 		c.pending = c.pending[n:]
+		if len(c.pending) == 0 && c.first != nil {
+			c.s.firstReads.Put(c.first)
+			c.first = nil
+		}
 		return n, nil
 	}
 	c.endBurst()
@@ -167,6 +173,68 @@ func (c *conn) Read(p []byte) (int, error) {
 		err = errRequestTimeout
 	}
 	return n, err
+}
+
+// readIdle waits for the first bytes of the next request and reads them into pending. On a
+// plain socket it waits without a buffer and reads into a pooled one (first) as large as a
+// busy connection's, so that a pipeline that arrived whole costs one read; otherwise into
+// idle.
+func (c *conn) readIdle() (int, error) {
+	if c.raw == nil {
+		n, err := c.nc.Read(c.idle[:])
+		c.pending, c.filled = c.idle[:n], n == len(c.idle)
+		return n, err
+	}
+	r := &c.rawRead
+	if r.fn == nil {
+		r.fn, r.pool = r.read, &c.s.firstReads // made once: a closure per read would allocate
+	}
+	err := c.raw.Read(r.fn)
+	n, buf := r.n, r.buf
+	if err == nil {
+		err = r.err
+	}
+	if n == 0 && err == nil {
+		err = io.EOF
+	}
+	*r = rawRead{fn: r.fn, pool: r.pool}
+	if n == 0 {
+		if buf != nil {
+			c.s.firstReads.Put(buf)
+		}
+		return 0, err
+	}
+	c.first = buf
+	c.pending, c.filled = (*buf)[:n], n == len(*buf)
+	return n, err
+}
+
+// rawRead is one readIdle's system call: it takes a buffer only once bytes are there.
+type rawRead struct {
+	buf  *[]byte
+	n    int
+	err  error
+	pool *sync.Pool
+	fn   func(fd uintptr) bool // read
+}
+
+func (r *rawRead) read(fd uintptr) bool {
+	buf, _ := r.pool.Get().(*[]byte)
+	if buf == nil {
+		b := make([]byte, readBufferSize)
+		buf = &b
+	}
+	n, err := syscall.Read(int(fd), *buf)
+	if errors.Is(err, syscall.EAGAIN) {
+		r.pool.Put(buf)
+		return false // nothing yet: wait for the socket, holding no buffer
+	}
+	if errors.Is(err, syscall.EINTR) {
+		r.pool.Put(buf)
+		return r.read(fd)
+	}
+	r.buf, r.n, r.err = buf, max(n, 0), err
+	return true
 }
 
 // readRoomLocked reports whether the reader may read more of a request that has begun (see
@@ -255,14 +323,13 @@ func (c *conn) serve() {
 				break // Shutdown's interrupt may have been undone
 			}
 		}
-		n, err := c.nc.Read(c.idle[:])
+		n, err := c.readIdle()
 		if n == 0 {
 			if err != nil {
 				break
 			}
 			continue
 		}
-		c.pending, c.filled = c.idle[:n], n == len(c.idle)
 		c.input += int64(n)
 		c.hold(int64(n))
 		c.acquire()
@@ -430,9 +497,8 @@ func (c *conn) addToRun() {
 		t.valueKeys++
 	}
 	if r.Op.IsMeta() {
-		// Its flags and key token too point into the decoder's buffers: the request gets
-		// a copy of its own (two allocations, against a round trip saved).
-		t.metaBytes += ownMeta(&r)
+		// Its flags and key token too point into the decoder's buffers: copied with it.
+		t.ownMeta(&r)
 		t.spans = append(t.spans, span{owned: true})
 		t.batch = append(t.batch, r)
 		return

@@ -78,12 +78,13 @@ type Server struct {
 	exempt      atomic.Pointer[conn] // the one connection let past its share to finish a request
 	perKey      atomic.Int64         // server-wide estimate of an answer's bytes per key (see measured)
 
-	readers  sync.Pool     // of *bufio.Reader, lent to connections while they are busy
-	work     chan *task    // hands a pipelined task to an idle worker (see dispatch)
-	idle     atomic.Int32  // workers waiting on work
-	stop     chan struct{} // closed by Shutdown: idle workers exit
-	stopOnce sync.Once
-	tasks    sync.Pool // of *task, with their buffers, lent to connections per request
+	readers    sync.Pool     // of *bufio.Reader, lent to connections while they are busy
+	firstReads sync.Pool     // of *[]byte, a busy period's first read (see conn.readIdle)
+	work       chan *task    // hands a pipelined task to an idle worker (see dispatch)
+	idle       atomic.Int32  // workers waiting on work
+	stop       chan struct{} // closed by Shutdown: idle workers exit
+	stopOnce   sync.Once
+	tasks      sync.Pool // of *task, with their buffers, lent to connections per request
 
 	// valueBytes is a running average of the value sizes multi-key gets fetch, which sizes
 	// the parts a large multi-key get is answered in (see partKeys); 0 until the first.

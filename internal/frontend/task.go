@@ -21,14 +21,14 @@ type task struct {
 	turn turn.Turn       // zero for a request run by the reader with nothing else in flight
 
 	req    protocol.Request
-	batch  []protocol.Request // binary quiet gets answered together (req is their multi-key get), or a run
-	single bool               // batch is a run of single-key requests (see conn.addToRun); req is unused
-	spans  []span             // where each request's key and value are in data, while the run is read
-	keys   [][]byte           // backing array of req.Keys when the task owns them
-	data   []byte             // the request's bytes when the task owns them (pipelined)
+	batch  []protocol.Request  // binary quiet gets answered together (req is their multi-key get), or a run
+	single bool                // batch is a run of single-key requests (see conn.addToRun); req is unused
+	spans  []span              // where each request's key and value are in data, while the run is read
+	keys   [][]byte            // backing array of req.Keys when the task owns them
+	data   []byte              // the request's bytes when the task owns them (pipelined)
+	flags  []protocol.MetaFlag // backing array of meta requests' flags when the task owns them
 	resps  []protocol.Response
 
-	metaBytes int    // a run: the bytes its meta requests own (see ownMeta)
 	stream    bool   // a multi-key retrieval answered part by part (see conn.stream)
 	writer    bool   // a stream holding the connection's writer token; guarded by conn.mu
 	silent    bool   // moxi's own request, whose answer the client does not see
@@ -52,25 +52,20 @@ type span struct {
 	owned          bool
 }
 
-// ownMeta copies the bytes of the meta request r into one new buffer, and its flags into a
-// new slice, so that r no longer refers to the decoder's buffers; it returns the bytes.
-func ownMeta(r *protocol.Request) int {
+// ownMeta copies the bytes of the meta request r into t.data, and its flags into t.flags,
+// so that r no longer refers to the decoder's buffers. (A copy made before data or flags
+// grew stays where it was, intact: they only ever grow by appending.)
+func (t *task) ownMeta(r *protocol.Request) {
 	m := &r.Meta
-	n := len(r.Key) + len(r.Value) + len(m.KeyToken)
+	r.Key, r.Value, m.KeyToken = take(&t.data, r.Key), take(&t.data, r.Value), take(&t.data, m.KeyToken)
+	first := len(t.flags)
 	for _, f := range m.Flags {
-		n += len(f.Token)
+		t.flags = append(t.flags, protocol.MetaFlag{Letter: f.Letter, Token: take(&t.data, f.Token)})
 	}
-	d := make([]byte, 0, n)
-	r.Key, r.Value, m.KeyToken = take(&d, r.Key), take(&d, r.Value), take(&d, m.KeyToken)
-	m.Flags = append([]protocol.MetaFlag(nil), m.Flags...)
-	for i := range m.Flags {
-		m.Flags[i].Token = take(&d, m.Flags[i].Token)
-	}
-	return n
+	m.Flags = t.flags[first:len(t.flags):len(t.flags)]
 }
 
-// take appends b to *d and returns the copy; *d has room for it, so earlier copies stay
-// where they are. nil stays nil.
+// take appends b to *d and returns the copy. nil stays nil.
 func take(d *[]byte, b []byte) []byte {
 	if b == nil {
 		return nil
@@ -100,7 +95,8 @@ func (t *task) own() {
 	}
 	r := &t.req
 	if r.Op.IsMeta() {
-		ownMeta(r)
+		t.data = t.data[:0]
+		t.ownMeta(r)
 		return
 	}
 	n := len(r.Key) + len(r.Value) + len(r.Args)
@@ -125,7 +121,7 @@ func (t *task) own() {
 // bytes is the bytes the task's request holds, as the connection's account counts them.
 func (t *task) bytes() int {
 	if t.single {
-		return len(t.data) + t.metaBytes
+		return len(t.data)
 	}
 	r := &t.req
 	n := len(r.Key) + len(r.Value)
@@ -142,21 +138,21 @@ func (t *task) reset() {
 	clear(t.batch)
 	clear(t.keys)
 	clear(t.spans)
+	clear(t.flags)
 	// Field by field: the turn keeps what it reuses (Chain.Next readies it again), and a
 	// task run by the reader must not look as if it had a turn.
 	t.turn.Leave()
 	t.req = protocol.Request{}
-	t.keys, t.data, t.resps, t.batch, t.out, t.spans = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0], t.spans[:0]
+	t.keys, t.data, t.resps, t.batch, t.out, t.spans, t.flags = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0], t.spans[:0], t.flags[:0]
 	t.stream, t.writer, t.silent, t.single, t.weight, t.done, t.conn = false, false, false, false, 0, false, nil
 	t.requests, t.valueKeys, t.held = 0, 0, 0
-	t.metaBytes = 0
 	if cap(t.data) > keepOutput {
 		t.data = nil
 	}
 	if cap(t.out) > keepOutput {
 		t.out = nil
 	}
-	if cap(t.resps) > keepResponses || cap(t.keys) > keepResponses || cap(t.batch) > keepResponses || cap(t.spans) > keepResponses {
-		t.resps, t.keys, t.batch, t.spans = nil, nil, nil, nil
+	if cap(t.resps) > keepResponses || cap(t.keys) > keepResponses || cap(t.batch) > keepResponses || cap(t.spans) > keepResponses || cap(t.flags) > keepResponses {
+		t.resps, t.keys, t.batch, t.spans, t.flags = nil, nil, nil, nil, nil
 	}
 }

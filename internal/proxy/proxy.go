@@ -165,19 +165,20 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 		resps = append(resps, protocol.Response{})
 		p.write(ctx, t, req, resps[base:])
 	}
-	p.account(req, resps[base:], start)
+	p.account(req, resps[base:], time.Since(start).Seconds())
 	if len(t.Shadows) > 0 {
 		p.shadow(t, req) // after the answer is made; never waits
 	}
 	return resps
 }
 
-// account counts a request answered with resps, which started at start.
-func (p *Proxy) account(req *protocol.Request, resps []protocol.Response, start time.Time) {
+// account counts a request answered with resps, which took seconds (the requests of a run
+// all take the run's time, read once).
+func (p *Proxy) account(req *protocol.Request, resps []protocol.Response, seconds float64) {
 	p.stats.count(req, resps)
 	p.stats.detail.record(req, resps) // one atomic load while "stats detail" is off
 	p.metrics.requests[req.Op].Inc()
-	p.metrics.duration[req.Op].Observe(time.Since(start).Seconds())
+	p.metrics.duration[req.Op].Observe(seconds)
 	p.metrics.answered(req, resps)
 }
 

@@ -147,6 +147,7 @@ func (r *startedRun) retryAndEnd() {
 // end settles what the run's answers change (see HandleRun), counts them and hands them on.
 func (r *startedRun) end() {
 	p, t := r.p, r.t
+	took := time.Since(r.begun).Seconds()
 	for i := range r.reqs {
 		req := &r.reqs[i]
 		switch {
@@ -159,7 +160,7 @@ func (r *startedRun) end() {
 			p.settle(t, req.Key)
 			p.writes.end(req.Key)
 		}
-		p.account(req, r.resps[i:i+1], r.begun)
+		p.account(req, r.resps[i:i+1], took)
 	}
 	done := r.done
 	clear(r.errs)

@@ -85,6 +85,7 @@ func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []
 		}
 	}
 	p.sendShares(ctx, b, reqs, resps)
+	took := time.Since(start).Seconds()
 	for i := range reqs {
 		req := &reqs[i]
 		if req.Op.IsRetrieval() {
@@ -99,7 +100,7 @@ func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []
 			}
 			p.writes.end(req.Key)
 		}
-		p.account(req, resps[i:i+1], start)
+		p.account(req, resps[i:i+1], took)
 	}
 }
 

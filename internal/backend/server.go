@@ -170,8 +170,9 @@ func (s *Server) DoBatch(ctx context.Context, reqs []protocol.Request, resps []p
 	}
 }
 
-// StartBatch sends reqs as DoBatch does, but returns once they are queued: the connection's
-// reader finishes them when their answers arrive (pool.Starter). It declines (false) what
+// StartBatch sends reqs as DoBatch does (or one get of many keys as Do does), but returns
+// once they are queued: the connection's reader finishes them when their answers arrive
+// (pool.Starter). It declines (false) what
 // would make it wait: no room among the requests in flight, no connection up, a dead
 // server, a switch of path (turn.Switch), a run mixing meta and other requests.
 func (s *Server) StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
@@ -193,10 +194,14 @@ func (s *Server) StartBatch(ctx context.Context, reqs []protocol.Request, resps 
 	}
 	cl := s.getCall()
 	var c *conn
-	if path == pathMeta {
+	switch {
+	case path == pathMeta:
 		c = s.metaConn(ctx, true)
 		cl.prepareMeta(reqs)
-	} else {
+	case len(reqs) == 1 && len(reqs[0].Keys) > 1:
+		c = s.pick(ctx)
+		cl.prepareRetrieval(&reqs[0]) // a get of many keys, answered as Do answers it
+	default:
 		c = s.pick(ctx)
 		cl.prepareBatch(reqs)
 	}
@@ -227,11 +232,15 @@ func (s *Server) finishStarted(cl *call) {
 	err := s.outcome(cl.result, cl.count, cl.begun)
 	for i := range cl.outErrs {
 		cl.outErrs[i] = err
-		switch {
-		case err != nil:
-		case cl.meta:
-			cl.out[i] = cl.resps[i]
-		default:
+	}
+	switch {
+	case err != nil:
+	case cl.meta:
+		copy(cl.out, cl.resps)
+	case cl.req != nil:
+		cl.answer(cl.req, cl.out)
+	default:
+		for i := range cl.batch {
 			cl.out[i] = answerSingle(&cl.batch[i], &cl.resps[i])
 		}
 	}

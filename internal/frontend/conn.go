@@ -618,10 +618,11 @@ func (c *conn) start(t *task) {
 	if !c.admit(t) {
 		alone = false
 	}
-	if t.single && c.starter != nil {
-		// A run whose turn has come is started here, and answered by whoever reads its
-		// answers; the reader goes on reading.
+	if c.starter != nil && (t.single || r.Op.IsRetrieval() && !t.stream) {
+		// A run (or a get) whose turn has come is started here, and answered by whoever
+		// reads its answers; the reader goes on reading.
 		c.chain.Next(&t.turn)
+		t.own()
 		if t.turn.Ready() && c.begin(t) {
 			return
 		}
@@ -644,22 +645,37 @@ func (c *conn) begin(t *task) (started bool) {
 	started = true // a panic completes t (recoverPanic): it must not be run again
 	defer c.recoverPanic(t)
 	if hook := c.s.PanicHook; hook != nil {
+		if !t.single {
+			hook(&t.req)
+		}
 		for i := range t.batch {
 			hook(&t.batch[i])
 		}
 	}
+	reqs, answers := t.batch, len(t.batch)
+	if !t.single { // a get: one request, an answer per key
+		t.lone[0] = t.req
+		reqs, answers = t.lone[:], len(t.req.Keys)
+	}
 	t.resps = t.resps[:0]
-	for range t.batch {
+	for range answers {
 		t.resps = append(t.resps, protocol.Response{})
 	}
 	t.conn = c
-	return c.starter.Start(t, t.batch, t.resps, t.finishFunc)
+	return c.starter.Start(t, reqs, t.resps, t.finishFunc)
 }
 
 // finishStarted answers t, a run the handler started, once its answers are final. It runs
 // on whatever goroutine finished the run, a server connection's reader perhaps, and so
 // never waits for the client (see completeStarted).
 func (c *conn) finishStarted(t *task) {
+	if !t.single {
+		c.s.observe(&t.req, t.resps)
+		if len(t.req.Keys) > 1 && valueBytes(t.resps) > partBytes {
+			go c.writeFetchedStarted(t) // written in pieces, which waits for the client
+			return
+		}
+	}
 	if !c.encodeStarted(t) {
 		return // it panicked: recoverPanic completed t
 	}
@@ -939,6 +955,13 @@ func (c *conn) complete(t *task) {
 		c.mu.Lock()
 	}
 	c.writeLocked()
+}
+
+// writeFetchedStarted writes the large answer of a started get, as run does.
+func (c *conn) writeFetchedStarted(t *task) {
+	defer c.recoverPanic(t)
+	t.turn.Release()
+	c.writeFetched(t)
 }
 
 // encodeStarted encodes the answer of a started run; false when that panicked.

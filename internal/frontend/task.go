@@ -21,6 +21,7 @@ type task struct {
 	turn turn.Turn       // zero for a request run by the reader with nothing else in flight
 
 	req    protocol.Request
+	lone   [1]protocol.Request // req, as the one request of a get the handler starts (conn.begin)
 	batch  []protocol.Request  // binary quiet gets answered together (req is their multi-key get), or a run
 	single bool                // batch is a run of single-key requests (see conn.addToRun); req is unused
 	spans  []span              // where each request's key and value are in data, while the run is read
@@ -142,7 +143,7 @@ func (t *task) reset() {
 	// Field by field: the turn keeps what it reuses (Chain.Next readies it again), and a
 	// task run by the reader must not look as if it had a turn.
 	t.turn.Leave()
-	t.req = protocol.Request{}
+	t.req, t.lone[0] = protocol.Request{}, protocol.Request{}
 	t.keys, t.data, t.resps, t.batch, t.out, t.spans, t.flags = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0], t.spans[:0], t.flags[:0]
 	t.stream, t.writer, t.silent, t.single, t.weight, t.done, t.conn = false, false, false, false, 0, false, nil
 	t.requests, t.valueKeys, t.held = 0, 0, 0

@@ -42,7 +42,8 @@ type Server interface {
 // answers: the goroutine that reads them finishes the requests, so a request costs no
 // goroutine parked on it and no wake-up of one.
 type Starter interface {
-	// StartBatch is DoBatch that returns at once. True: the batch was dispatched (package
+	// StartBatch is DoBatch that returns at once; reqs may also be one retrieval of many
+	// keys, answered as Do answers it (resps one per key). True: the batch was dispatched (package
 	// turn), and done is called exactly once — on any goroutine, perhaps before StartBatch
 	// returns — when resps and errs are final; done must not block. False: nothing was
 	// done and the turn is untouched (no room among the requests in flight, no connection

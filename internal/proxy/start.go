@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,12 +14,13 @@ import (
 
 // Start answers a run as HandleRun does (a lone request as Handle does), without a
 // goroutine waiting for it: the run goes to its server as one batch, and whoever reads the
-// answers (pool.Starter) finishes it and calls done, at most once. It takes the common case
-// only: every request of the run served by one member whose server is a pool.Starter, no
-// feature that acts after the answer (a backup or warm_from pool, shadowing, a hot key,
-// fire-and-forget, a write for a stand-in), and for a lone get no fetch of its key to join.
-// It reports false, having done nothing, for anything else: the caller then runs the
-// request as before.
+// answers (pool.Starter) finishes it and calls done, at most once. A lone get of many keys
+// is taken as well, as one request. It takes the common case only: every key served by one
+// member whose server is a pool.Starter, no feature that acts after the answer (a backup or
+// warm_from pool, shadowing, a hot key, fire-and-forget, a write for a stand-in, a touch),
+// and for a lone get, fetches of its keys by others to join only when it leads some
+// itself. It reports false, having done nothing, for anything else: the caller then runs
+// the request as before.
 func (p *Proxy) Start(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
 	begun := time.Now()
 	t := p.topo.Load().InService(begun)
@@ -33,15 +35,22 @@ func (p *Proxy) Start(ctx context.Context, reqs []protocol.Request, resps []prot
 	if !ok {
 		return false
 	}
-	var f *dedup.Flight[protocol.Response]
-	if lone := &reqs[0]; len(reqs) == 1 && lone.Op.IsRetrieval() && t.Dedup && !p.writes.inFlight(lone.Keys[0]) {
-		var leader bool
-		if f, leader = p.flights.Start(lone.Keys[0]); !leader {
-			return false // Handle follows the fetch in flight
+	r := getStartedRun()
+	r.p, r.ctx, r.t, r.pool, r.member, r.reqs, r.resps, r.begun, r.done = p, ctx, t, pl, m, reqs, resps, begun, done
+	r.many = len(reqs) == 1 && len(reqs[0].Keys) > 1
+	if lone := &reqs[0]; len(reqs) == 1 && lone.Op.IsRetrieval() && t.Dedup {
+		r.lead()
+		switch {
+		case len(r.follows) == 0:
+		case r.leads == 0:
+			r.release()
+			return false // Handle follows the fetches in flight
+		default:
+			r.fetchAndFollow() // others fetch some keys: this one fetches the rest, then waits for theirs
+			r.end()
+			return true
 		}
 	}
-	r := getStartedRun()
-	r.p, r.ctx, r.t, r.pool, r.member, r.reqs, r.resps, r.flight, r.begun, r.done = p, ctx, t, pl, m, reqs, resps, f, begun, done
 	for range reqs {
 		r.errs = append(r.errs, nil)
 	}
@@ -52,40 +61,50 @@ func (p *Proxy) Start(ctx context.Context, reqs []protocol.Request, resps []prot
 		}
 	}
 	if !starter.StartBatch(ctx, reqs, resps, r.errs, r.finishFunc) {
-		// Declined after the flight and writes began: send it the way that waits.
-		m.Server.DoBatch(ctx, reqs, resps, r.errs)
+		// Declined after the fetches and writes began: send it the way that waits.
+		if r.many {
+			r.errs[0] = m.Server.Do(ctx, &reqs[0], resps)
+		} else {
+			m.Server.DoBatch(ctx, reqs, resps, r.errs)
+		}
 		r.finish()
 	}
 	return true
 }
 
-// startable is the member that serves every request of a run that Start may take, or nil.
+// startable is the member that serves every key of a run that Start may take, or nil.
 func startable(t *topology.Topology, reqs []protocol.Request) (*pool.Pool, *pool.Member) {
 	var pl *pool.Pool
 	var m *pool.Member
-	for i := range reqs {
-		req := &reqs[i]
-		key := req.Key
-		switch {
-		case req.Op.IsRetrieval():
-			if key = req.Keys[0]; t.Hot.Hot(key) {
-				return nil, nil
-			}
-		case req.Op == protocol.OpMetaNoop, inBackground(t, req):
-			return nil, nil
-		}
+	take := func(key []byte, write bool) bool {
 		kp := t.PoolFor(key)
 		if t.WarmFrom[kp] != nil || t.Backups[kp] != nil {
-			return nil, nil
+			return false
 		}
 		km := kp.Member(kp.Locate(key))
-		if changesKey(req.Op) && kp.Failover() && km != kp.Member(kp.Owner(key)) {
-			return nil, nil // a write for a stand-in is remembered (see attempt)
+		if write && kp.Failover() && km != kp.Member(kp.Owner(key)) {
+			return false // a write for a stand-in is remembered (see attempt)
 		}
 		if m != nil && km != m {
-			return nil, nil
+			return false
 		}
 		pl, m = kp, km
+		return true
+	}
+	for i := range reqs {
+		req := &reqs[i]
+		switch {
+		case req.Op == protocol.OpGat || req.Op == protocol.OpGats, req.Op == protocol.OpMetaNoop, inBackground(t, req):
+			return nil, nil
+		case req.Op.IsRetrieval():
+			for _, k := range req.Keys {
+				if t.Hot.Hot(k) || !take(k, false) {
+					return nil, nil
+				}
+			}
+		case !take(req.Key, changesKey(req.Op)):
+			return nil, nil
+		}
 	}
 	return pl, m
 }
@@ -100,10 +119,16 @@ type startedRun struct {
 	reqs       []protocol.Request
 	resps      []protocol.Response
 	errs       []error
-	flight     *dedup.Flight[protocol.Response] // a lone get's fetch, which others may join
+	many       bool // reqs is one get of many keys, resps its keys' answers
 	begun      time.Time
 	done       func()
 	finishFunc func() // finish, made once per startedRun
+
+	// A lone get's fetches of its keys (dedup): flights[i] for key i, nil where the get
+	// neither leads nor follows one; follows, the keys others are fetching.
+	flights []*dedup.Flight[protocol.Response]
+	leads   int
+	follows []int
 }
 
 var startedRuns sync.Pool // of *startedRun
@@ -115,6 +140,53 @@ func getStartedRun() *startedRun {
 	r := new(startedRun)
 	r.finishFunc = r.finish
 	return r
+}
+
+// release puts r back for the next run.
+func (r *startedRun) release() {
+	clear(r.errs)
+	clear(r.flights)
+	*r = startedRun{errs: r.errs[:0], flights: r.flights[:0], follows: r.follows[:0], finishFunc: r.finishFunc}
+	startedRuns.Put(r)
+}
+
+// lead starts the fetch of each key of a lone get nobody else is fetching (dedup), and
+// notes the keys others are: as retrieveShared does.
+func (r *startedRun) lead() {
+	p, keys := r.p, r.reqs[0].Keys
+	for i, k := range keys {
+		var f *dedup.Flight[protocol.Response]
+		if !p.writes.inFlight(k) {
+			var leader bool
+			if f, leader = p.flights.Start(k); !leader {
+				r.follows = append(r.follows, i)
+			} else {
+				r.leads++
+			}
+		}
+		r.flights = append(r.flights, f)
+	}
+}
+
+// fetchAndFollow answers a lone get that leads the fetches of some keys and follows others'
+// for the rest, waiting for them: its own first, then theirs (see retrieveShared).
+func (r *startedRun) fetchAndFollow() {
+	p, req := r.p, &r.reqs[0]
+	var idx []int
+	for i, f := range r.flights {
+		if f != nil && !slices.Contains(r.follows, i) {
+			idx = append(idx, i)
+		}
+	}
+	p.fetch(r.ctx, r.t, req, r.resps, idx)
+	for _, i := range idx {
+		p.publish(r.t, req.Keys[i], &r.resps[i], false, 0, r.flights[i])
+	}
+	for _, i := range r.follows {
+		p.follow(r.ctx, r.flights[i], req.Keys[i], &r.resps[i])
+	}
+	p.metrics.coalesced.Add(float64(len(r.follows)))
+	clear(r.flights) // published
 }
 
 // finish ends the run once its server answered it or failed. A request that got no answer
@@ -131,6 +203,12 @@ func (r *startedRun) finish() {
 }
 
 func (r *startedRun) retryAndEnd() {
+	p := r.p
+	if r.many {
+		p.fanOut(r.ctx, r.t.PoolFor, &r.reqs[0], r.resps, nil)
+		r.end()
+		return
+	}
 	for i, err := range r.errs {
 		if err != nil {
 			req := &r.reqs[i]
@@ -138,34 +216,44 @@ func (r *startedRun) retryAndEnd() {
 			if req.Op.IsRetrieval() {
 				key = req.Keys[0]
 			}
-			r.p.recover(r.ctx, r.pool, key, req, r.resps[i:i+1], r.member, err)
+			p.recover(r.ctx, r.pool, key, req, r.resps[i:i+1], r.member, err)
 		}
 	}
 	r.end()
 }
 
-// end settles what the run's answers change (see HandleRun), counts them and hands them on.
+// end settles what the run's answers change (see HandleRun), publishes the fetches it led,
+// counts the answers and hands them on.
 func (r *startedRun) end() {
 	p, t := r.p, r.t
 	took := time.Since(r.begun).Seconds()
-	for i := range r.reqs {
-		req := &r.reqs[i]
-		switch {
-		case req.Op.IsRetrieval():
-			r.resps[i].Key = req.Keys[0]
-			if r.flight != nil {
-				p.publish(t, req.Keys[0], &r.resps[i], false, 0, r.flight)
-			}
-		case changesKey(req.Op):
-			p.settle(t, req.Key)
-			p.writes.end(req.Key)
+	for i, f := range r.flights {
+		if f != nil {
+			k := r.reqs[0].Keys[i]
+			r.resps[i].Key = k
+			p.publish(t, k, &r.resps[i], false, 0, f)
 		}
-		p.account(req, r.resps[i:i+1], took)
+	}
+	if r.many {
+		req := &r.reqs[0]
+		for i := range req.Keys {
+			r.resps[i].Key = req.Keys[i]
+		}
+		p.account(req, r.resps, took)
+	} else {
+		for i := range r.reqs {
+			req := &r.reqs[i]
+			switch {
+			case req.Op.IsRetrieval():
+				r.resps[i].Key = req.Keys[0]
+			case changesKey(req.Op):
+				p.settle(t, req.Key)
+				p.writes.end(req.Key)
+			}
+			p.account(req, r.resps[i:i+1], took)
+		}
 	}
 	done := r.done
-	clear(r.errs)
-	fn := r.finishFunc
-	*r = startedRun{errs: r.errs[:0], finishFunc: fn}
-	startedRuns.Put(r)
+	r.release()
 	done()
 }

@@ -319,3 +319,6 @@ func settingStats(cfg *config.Config) []protocol.Stat {
 	}
 	return out
 }
+
+// The proxy starts runs without a goroutine waiting for their answers (docs/architecture.md).
+var _ frontend.Starter = (*proxy.Proxy)(nil)

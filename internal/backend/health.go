@@ -150,6 +150,7 @@ func (s *Server) probe() error {
 		return err
 	}
 	defer nc.Close()
+	defer context.AfterFunc(ctx, func() { nc.Close() })() // Close does not wait out a silent server
 	_ = nc.SetDeadline(time.Now().Add(s.opts.Timeout))
 	noop := protocol.Request{Op: protocol.OpNoop, Opaque: 0x6d6f7869}
 	if _, err := nc.Write(protocol.AppendBinaryRequest(nil, &noop)); err != nil {

@@ -20,7 +20,10 @@ import (
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
-var _ pool.Server = (*Server)(nil)
+var (
+	_ pool.Server  = (*Server)(nil)
+	_ pool.Starter = (*Server)(nil)
+)
 
 // Options configure a Server. Connections, ConnectTimeout, Timeout, FailureLimit, RetryMin
 // and RetryMax are required (New panics without them): their defaults are the config's, the

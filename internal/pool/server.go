@@ -48,7 +48,8 @@ type Starter interface {
 	// returns — when resps and errs are final; done must not block. False: nothing was
 	// done and the turn is untouched (no room among the requests in flight, no connection
 	// up, the request must wait for an earlier one on another path); the caller uses
-	// DoBatch.
+	// DoBatch. reqs must stay valid until done. A started batch ends within the server's
+	// timeout, whatever becomes of ctx.
 	StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool
 }
 

@@ -52,6 +52,25 @@ func (c *conn) hold(n int64) {
 	}
 }
 
+// answered puts t's answer, now made, in the place of its reservation in the byte account.
+func (c *conn) answered(t *task) {
+	if t.valueKeys > 0 && len(t.out) > 0 {
+		per := int64(len(t.out)) / int64(t.valueKeys)
+		c.perKey.Store(max(per, c.perKey.Load()>>min(t.valueKeys, 62), minPerKey))
+		c.measured.Store(true)
+		c.s.measured(per)
+	}
+	held := int64(t.bytes()) + int64(len(t.out))
+	c.hold(held - t.held)
+	t.held = held
+	if t.valueKeys > 0 {
+		c.answers.mu.Lock()
+		c.unknownKeys -= t.valueKeys
+		c.answers.mu.Unlock()
+		c.signalRoom()
+	}
+}
+
 // signalRoom tells c's reader, if it waits for room, that c's account went down.
 func (c *conn) signalRoom() {
 	select {
@@ -83,19 +102,19 @@ func (s *Server) share() int64 {
 	return int64(s.MaxBufferedBytes) / max(1, s.current.Load())
 }
 
-// waitRoom waits until ok, which is asked under mu, reports room: after each write of
-// answers (or a failed one), and each time the global account goes back under its bound. It
-// fails with errRequestTimeout when deadline (unless zero) passes first, and with
+// waitRoom waits until ok, which is asked under answers.mu, reports room: after each write
+// of answers (or a failed one), and each time the global account goes back under its bound.
+// It fails with errRequestTimeout when deadline (unless zero) passes first, and with
 // net.ErrClosed at Shutdown. ok must report room once c's writes have failed: answers are
 // dropped then, and their bytes released.
 func (c *conn) waitRoom(ok func() bool, deadline time.Time) error {
-	c.mu.Lock()
+	c.answers.mu.Lock()
 	room := ok()
-	c.mu.Unlock()
+	c.answers.mu.Unlock()
 	if room {
 		return nil
 	}
-	c.endBurst() // the answers due must leave to make room
+	c.answers.endBurst() // the answers due must leave to make room
 	var timeout <-chan time.Time
 	if !deadline.IsZero() {
 		t := time.NewTimer(time.Until(deadline))
@@ -108,9 +127,9 @@ func (c *conn) waitRoom(ok func() bool, deadline time.Time) error {
 	for {
 		// Taken before the check, so that a wake-up between the check and the wait is not lost.
 		global := s.roomSignal()
-		c.mu.Lock()
+		c.answers.mu.Lock()
 		room := ok()
-		c.mu.Unlock()
+		c.answers.mu.Unlock()
 		switch {
 		case room:
 			return nil

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,10 +29,6 @@ const (
 	// the byte account (account.go).
 	windowKeys = 256
 
-	// writeProgress is what a client must take of its pending answers (or all of them) in
-	// every WriteTimeout.
-	writeProgress = 64 << 10
-
 	// maxQuietBatch bounds the binary quiet gets answered as one multi-key get.
 	maxQuietBatch = 1024
 
@@ -47,7 +42,6 @@ const (
 var (
 	errQuit           = errors.New("client quit")
 	errRequestTimeout = errors.New("request not complete within request_timeout")
-	errWriteTimeout   = errors.New("answers not taken within write_timeout")
 	errPanic          = errors.New("panic while serving a request")
 )
 
@@ -57,13 +51,11 @@ var (
 // request with nothing else in flight and nothing read behind it is run by the reader
 // itself (a client waiting for each answer costs no extra goroutine); otherwise each task
 // runs on a worker goroutine (Server.dispatch), many at once, in the order package turn
-// keeps. Answers are written strictly in request order, each as soon as it and every
-// answer before it are ready, by whichever goroutine holds the writer token; answers that
-// are ready together leave in one write.
+// keeps. Its answers are written in request order by its answerQueue (answers.go).
 type conn struct {
 	s       *Server
 	nc      net.Conn
-	raw     syscall.RawConn // nc's descriptor, for writes that must not wait (tryWrite); nil for TLS
+	raw     syscall.RawConn // nc's descriptor, for reads and writes that must not wait; nil for TLS
 	starter Starter         // the handler, when it can start runs (see begin); else nil
 
 	// Owned by the reader.
@@ -88,42 +80,23 @@ type conn struct {
 	batchKeyEnds [][2]int // each key's start and end in batchKeys
 	building     *task    // pipelined single-key requests read but not yet started (see addToRun)
 
-	mu          sync.Mutex
-	cond        sync.Cond   // broadcast when answers were written or the writer token is free
-	queue       []*task     // tasks whose answers are not yet written, in request order, from head; guarded by mu
-	head        int         // guarded by mu
-	windowUsed  int         // keys of the queued tasks; guarded by mu
-	unknownKeys int         // keys of the tasks in flight whose answers may carry values; guarded by mu
-	writing     bool        // a goroutine holds the writer token; guarded by mu
-	burst       bool        // the reader is decoding input already received: answers wait for the end of it; guarded by mu
-	busy        bool        // the reader is between idle reads (readBusy); guarded by mu
-	idleWorkers int         // workers waiting on work; guarded by mu
-	work        chan *task  // hands a task to an idle worker; nil tells it to exit
-	broken      error       // a write failed: answers are dropped; guarded by mu
-	failed      atomic.Bool // broken is set: for the reader, without mu
+	answers answerQueue
 
 	// The byte account (account.go).
-	held     atomic.Int64  // this connection's bytes in the account
-	room     chan struct{} // capacity 1: signaled when held went down
-	perKey   atomic.Int64  // the bytes an answer is expected to take per key
-	measured atomic.Bool   // perKey was measured on an answer, not guessed
+	unknownKeys int           // keys of the tasks in flight whose answers may carry values; guarded by answers.mu
+	held        atomic.Int64  // this connection's bytes in the account
+	room        chan struct{} // capacity 1: signaled when held went down
+	perKey      atomic.Int64  // the bytes an answer is expected to take per key
+	measured    atomic.Bool   // perKey was measured on an answer, not guessed
 	// Owned by the reader.
 	input        int64     // bytes read that no started request owns yet
 	reqSince     time.Time // when the request being read first waited for the socket; zero between requests
 	readDeadline bool      // a read deadline is set on nc
-
-	// Owned by the writer token's holder.
-	written  []*task
-	wbuf     []byte
-	wbufs    net.Buffers
-	restAt   int      // what of wbuf a write that must not wait left to writeRest; -1: all of written
-	rawWrite rawWrite // tryWrite's
-	rawRead  rawRead  // readIdle's; owned by the reader
+	rawRead      rawRead   // readIdle's
 }
 
 func newConn(s *Server, nc net.Conn, affinity uint32) *conn {
 	c := &conn{s: s, nc: nc, chain: turn.NewChain(affinity), room: make(chan struct{}, 1)}
-	c.cond.L = &c.mu
 	c.starter, _ = s.Handler.(Starter)
 	switch plain := nc.(type) { // bytes written to the socket are the client's (not TLS's)
 	case *net.TCPConn:
@@ -131,6 +104,7 @@ func newConn(s *Server, nc net.Conn, affinity uint32) *conn {
 	case *net.UnixConn:
 		c.raw, _ = plain.SyscallConn()
 	}
+	c.answers.init(s, nc, c.raw, c)
 	c.perKey.Store(int64(s.limits().MaxValueBytes))
 	return c
 }
@@ -150,7 +124,7 @@ func (c *conn) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	c.endBurst()
+	c.answers.endBurst()
 	var deadline time.Time
 	if c.s.RequestTimeout > 0 {
 		if c.reqSince.IsZero() {
@@ -241,28 +215,29 @@ func (r *rawRead) read(fd uintptr) bool {
 // account.go): within the connection's bound, or with nothing else to write; and within its
 // share of the global bound, or as the one connection the server lets past its share (see
 // Server.exempt), so that requests larger than their shares still complete one at a time
-// rather than all waiting on each other. The caller holds mu.
+// rather than all waiting on each other. The caller holds answers.mu.
 func (c *conn) readRoomLocked() bool {
-	if c.broken != nil {
+	if c.answers.broken != nil {
 		return true
 	}
-	if c.hasRoom(0, c.head < len(c.queue)) {
+	if c.hasRoom(0, c.answers.queuedLocked()) {
 		return true
 	}
 	s := c.s
 	return !c.overOwnLocked() && (s.exempt.Load() == c || s.exempt.CompareAndSwap(nil, c))
 }
 
-// idleRoomLocked reports whether the reader may read a new request. The caller holds mu.
+// idleRoomLocked reports whether the reader may read a new request. The caller holds
+// answers.mu.
 func (c *conn) idleRoomLocked() bool {
-	return c.broken != nil || c.hasRoom(0, c.head < len(c.queue))
+	return c.answers.broken != nil || c.hasRoom(0, c.answers.queuedLocked())
 }
 
 // overOwnLocked reports whether c is past its own bound with answers to write. The caller
-// holds mu.
+// holds answers.mu.
 func (c *conn) overOwnLocked() bool {
 	b := c.s.MaxConnectionBytes
-	return b > 0 && c.head < len(c.queue) && c.held.Load() > int64(b)
+	return b > 0 && c.answers.queuedLocked() && c.held.Load() > int64(b)
 }
 
 // settleInput counts, after a request was decoded, only the input still buffered (the next
@@ -277,30 +252,6 @@ func (c *conn) settleInput() {
 	}
 }
 
-// beginBurst holds answers back while the reader decodes input already received, so that
-// the answers to a pipeline that arrived together leave together, in one write.
-func (c *conn) beginBurst() {
-	c.mu.Lock()
-	c.burst = true
-	c.mu.Unlock()
-}
-
-// endBurst writes the answers held back by beginBurst.
-func (c *conn) endBurst() {
-	c.mu.Lock()
-	if !c.burst {
-		c.mu.Unlock()
-		return
-	}
-	c.burst = false
-	if c.writing || c.head == len(c.queue) || !c.queue[c.head].done {
-		c.mu.Unlock()
-		return
-	}
-	c.writing = true
-	c.writeLocked()
-}
-
 // interrupt makes a blocked read return so that the connection notices Shutdown.
 func (c *conn) interrupt() {
 	_ = c.nc.SetReadDeadline(time.Now())
@@ -310,7 +261,7 @@ func (c *conn) interrupt() {
 // Shutdown; then it waits until every request already read is answered, and closes.
 func (c *conn) serve() {
 	defer c.close()
-	defer c.drain()
+	defer c.answers.drain()
 	defer c.recoverPanic(nil)
 	for !c.s.closing.Load() {
 		if err := c.waitRoom(c.idleRoomLocked, time.Time{}); err != nil {
@@ -352,8 +303,8 @@ func (c *conn) serve() {
 // readBusy starts requests for as long as input is buffered. A request that arrived whole
 // is always started, Shutdown or not: every request a client has sent is answered.
 func (c *conn) readBusy() error {
-	c.beginBurst()
-	defer c.endBurst()
+	c.answers.beginBurst()
+	defer c.answers.endBurst()
 	for {
 		rejected := false
 		err := c.readRequest()
@@ -419,7 +370,7 @@ func (c *conn) readBusy() error {
 				c.start(t)
 			}
 		}
-		if c.failed.Load() {
+		if c.answers.failed.Load() {
 			return net.ErrClosed // answers are dropped: starting more requests would only cost
 		}
 		if c.more() {
@@ -667,7 +618,7 @@ func (c *conn) begin(t *task) (started bool) {
 
 // finishStarted answers t, a run the handler started, once its answers are final. It runs
 // on whatever goroutine finished the run, a server connection's reader perhaps, and so
-// never waits for the client (see completeStarted).
+// never waits for the client (see answerQueue.completeNoWait).
 func (c *conn) finishStarted(t *task) {
 	if !t.single {
 		c.s.observe(&t.req, t.resps)
@@ -679,15 +630,7 @@ func (c *conn) finishStarted(t *task) {
 	if !c.encodeStarted(t) {
 		return // it panicked: recoverPanic completed t
 	}
-	c.answered(t)
-	c.mu.Lock()
-	t.done = true
-	if c.writing || c.burst || c.queue[c.head] != t {
-		c.mu.Unlock()
-		return // the writer, or the end of the reader's burst, writes it
-	}
-	c.writing = true
-	c.writeDue(true)
+	c.answers.completeNoWait(t)
 }
 
 // admit waits for room in the window and the byte account, and queues t: its request's
@@ -711,23 +654,21 @@ func (c *conn) admit(t *task) (only bool) {
 	}
 	_ = c.waitRoom(func() bool {
 		switch {
-		case c.broken != nil:
+		case c.answers.broken != nil:
 			t.held = own // answers are dropped: nothing will be held long
-		case c.head < len(c.queue):
+		case c.answers.queuedLocked():
 			t.held = own
-			return c.windowUsed+t.weight <= windowKeys && c.unknownKeys+t.valueKeys <= c.s.maxUnknownKeys() && c.hasRoom(own, true)
+			return c.answers.windowUsed+t.weight <= windowKeys && c.unknownKeys+t.valueKeys <= c.s.maxUnknownKeys() && c.hasRoom(own, true)
 		default:
 			t.held = lone
 			return t.valueKeys == 0 || c.hasRoom(lone, false)
 		}
 		return true
 	}, time.Time{})
-	c.mu.Lock()
-	c.windowUsed += t.weight
+	c.answers.mu.Lock()
 	c.unknownKeys += t.valueKeys
-	only = c.head == len(c.queue)
-	c.queue = append(c.queue, t)
-	c.mu.Unlock()
+	only = c.answers.pushLocked(t)
+	c.answers.mu.Unlock()
 	c.hold(t.held)
 	return only
 }
@@ -737,7 +678,7 @@ func (c *conn) answerNow(encode func(dst []byte) []byte) {
 	t := c.s.getTask()
 	c.admit(t)
 	t.out = encode(t.out[:0])
-	c.complete(t)
+	c.answers.complete(t)
 }
 
 // run handles t once every request before it has been dispatched, and completes it.
@@ -774,7 +715,7 @@ func (c *conn) run(t *task) {
 	}
 	t.out, _ = c.encode(t.out[:0], t, &t.req, t.resps, 0, true)
 	clear(t.resps) // the answer holds its values now: let the server's copies go
-	c.complete(t)
+	c.answers.complete(t)
 }
 
 // encode appends the answer to req: the part of t's answer that resps make, whose first
@@ -815,7 +756,7 @@ func (c *conn) encode(dst []byte, t *task, req *protocol.Request, resps []protoc
 // later part.
 func (c *conn) stream(t *task) {
 	t.turn.Hold()
-	broken := c.takeWriter(t)
+	broken := c.answers.takeWriter(t)
 	keys := t.req.Keys
 	part := c.s.partKeys()
 	for first := 0; first < len(keys) && broken == nil; {
@@ -838,33 +779,22 @@ func (c *conn) stream(t *task) {
 			part = keysFor(avg)
 		}
 	}
-	c.wroteOwn(t, broken)
+	t.turn.Release()
+	c.answers.wroteOwn(t, broken)
 }
 
 // writeFetched writes the answer of t, a multi-key retrieval whose values are fetched, in
 // pieces as it is encoded, once every answer before it is written: a get that names one
 // large value many times ("get k k k …") is never built whole.
 func (c *conn) writeFetched(t *task) {
-	broken := c.takeWriter(t)
+	broken := c.answers.takeWriter(t)
 	if broken == nil {
 		if _, err := c.writeParts(t, &t.req, t.resps, 0, true); err != nil {
 			broken = err
 		}
 	}
 	clear(t.resps)
-	c.wroteOwn(t, broken)
-}
-
-// takeWriter waits until t is the first answer due and takes the writer token for it. It
-// returns the error of an earlier failed write, if any.
-func (c *conn) takeWriter(t *task) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for c.queue[c.head] != t || c.writing {
-		c.cond.Wait()
-	}
-	c.writing, t.writer = true, true
-	return c.broken
+	c.answers.wroteOwn(t, broken) // its turn was given on when its values had been fetched
 }
 
 // writeParts encodes and writes the answer that resps make (t's keys from first on, the last
@@ -882,7 +812,7 @@ func (c *conn) writeParts(t *task, req *protocol.Request, resps []protocol.Respo
 		piece.Keys = req.Keys[i:j]
 		var ended bool
 		t.out, ended = c.encode(t.out[:0], t, &piece, resps[i:j], first+i, last && j == len(resps))
-		if err := c.write(t.out); err != nil {
+		if err := c.answers.write(t.out); err != nil {
 			return true, err
 		}
 		if ended {
@@ -893,20 +823,6 @@ func (c *conn) writeParts(t *task, req *protocol.Request, resps []protocol.Respo
 	return last, nil
 }
 
-// wroteOwn ends t, whose answer its own goroutine wrote holding the writer token (see
-// takeWriter): it gives the turn on and the token back, and writes the answers now due.
-func (c *conn) wroteOwn(t *task, broken error) {
-	t.turn.Release()
-	t.out = t.out[:0]
-	c.answered(t)
-	c.mu.Lock()
-	if broken != nil && c.broken == nil {
-		c.fail(broken)
-	}
-	t.done = true
-	c.writeLocked()
-}
-
 // valueBytes is the bytes of the values in resps, a value named twice counted twice: what
 // the answer will hold.
 func valueBytes(resps []protocol.Response) int {
@@ -915,46 +831,6 @@ func valueBytes(resps []protocol.Response) int {
 		n += len(resps[i].Value)
 	}
 	return n
-}
-
-// answered puts t's answer, now made, in the place of its reservation in the byte account.
-func (c *conn) answered(t *task) {
-	if t.valueKeys > 0 && len(t.out) > 0 {
-		per := int64(len(t.out)) / int64(t.valueKeys)
-		c.perKey.Store(max(per, c.perKey.Load()>>min(t.valueKeys, 62), minPerKey))
-		c.measured.Store(true)
-		c.s.measured(per)
-	}
-	held := int64(t.bytes()) + int64(len(t.out))
-	c.hold(held - t.held)
-	t.held = held
-	if t.valueKeys > 0 {
-		c.mu.Lock()
-		c.unknownKeys -= t.valueKeys
-		c.mu.Unlock()
-		c.signalRoom()
-	}
-}
-
-// complete marks t's answer ready and writes every answer that is now due, unless another
-// goroutine holds the writer token, which then writes it.
-func (c *conn) complete(t *task) {
-	c.answered(t)
-	c.mu.Lock()
-	t.done = true
-	if c.writing || c.burst || c.queue[c.head] != t {
-		c.mu.Unlock()
-		return // the writer, or the end of the reader's burst, writes it
-	}
-	c.writing = true
-	if c.head+1 < len(c.queue) {
-		// More answers are being made: let the goroutines making them run first, so that
-		// theirs share this write. With nothing else ready to run this returns at once.
-		c.mu.Unlock()
-		runtime.Gosched()
-		c.mu.Lock()
-	}
-	c.writeLocked()
 }
 
 // writeFetchedStarted writes the large answer of a started get, as run does.
@@ -971,243 +847,6 @@ func (c *conn) encodeStarted(t *task) (ok bool) {
 	t.out, _ = c.encode(t.out[:0], t, &t.req, t.resps, 0, true)
 	clear(t.resps) // the answer holds its values now: let the server's copies go
 	return true
-}
-
-// writeLocked writes the answers that are due, in order, until the first one not ready;
-// the caller holds mu and the writer token, which it gives up, and mu is unlocked on
-// return.
-func (c *conn) writeLocked() { c.writeDue(false) }
-
-// writeDue is writeLocked. When the caller must not wait for the client (a server
-// connection's reader, see finishStarted), it writes only what the socket takes at once,
-// and leaves the rest, with the writer token, to a goroutine of its own (writeRest): a
-// client that stops reading costs its own connection alone.
-func (c *conn) writeDue(mustNotWait bool) {
-	for {
-		n := 0
-		for c.head+n < len(c.queue) && c.queue[c.head+n].done {
-			n++
-		}
-		if n == 0 {
-			c.writing = false
-			c.cond.Broadcast()
-			c.mu.Unlock()
-			return
-		}
-		c.written = append(c.written[:0], c.queue[c.head:c.head+n]...)
-		clear(c.queue[c.head : c.head+n])
-		c.head += n
-		if c.head == len(c.queue) {
-			c.queue, c.head = c.queue[:0], 0
-		} else if c.head >= len(c.queue)/2 {
-			m := copy(c.queue, c.queue[c.head:])
-			clear(c.queue[m:])
-			c.queue, c.head = c.queue[:m], 0
-		}
-		broken := c.broken
-		c.mu.Unlock()
-
-		var err error
-		if broken == nil {
-			if mustNotWait {
-				var left bool
-				if left, err = c.tryWriteOut(c.written); left {
-					go c.writeRest()
-					return
-				}
-			} else {
-				err = c.writeOut(c.written)
-			}
-		}
-		c.wrote(err)
-	}
-}
-
-// wrote ends the write of the answers in written, which failed with err when not nil; it
-// returns holding mu.
-func (c *conn) wrote(err error) {
-	var released int64
-	for _, t := range c.written {
-		released += t.held
-	}
-	c.hold(-released)
-	c.mu.Lock()
-	if err != nil && c.broken == nil {
-		c.fail(err)
-	}
-	for _, t := range c.written {
-		c.windowUsed -= t.weight
-		c.s.putTask(t)
-	}
-	clear(c.written)
-	c.cond.Broadcast()
-	c.signalRoom() // the window has room again, whatever the account says
-}
-
-// tryWriteOut writes the answers of tasks as far as the socket takes them without waiting.
-// left reports that some are left to writeRest: the part of wbuf from restAt, or, when
-// restAt is -1, all of them (too large to copy together, or no descriptor to write to
-// without waiting).
-func (c *conn) tryWriteOut(tasks []*task) (left bool, err error) {
-	total := 0
-	for _, t := range tasks {
-		total += len(t.out)
-	}
-	if total > keepOutput || c.raw == nil {
-		c.restAt = -1
-		return total > 0, nil
-	}
-	c.wbuf = c.wbuf[:0]
-	for _, t := range tasks {
-		c.wbuf = append(c.wbuf, t.out...)
-	}
-	n, err := c.tryWrite(c.wbuf)
-	if err != nil || n == len(c.wbuf) {
-		return false, err
-	}
-	c.restAt = n
-	return true, nil
-}
-
-// tryWrite writes what the socket takes of b at once: one system call that does not wait.
-func (c *conn) tryWrite(b []byte) (int, error) {
-	w := &c.rawWrite
-	if w.fn == nil {
-		w.fn = w.write // made once: a closure per call would allocate
-	}
-	w.b = b
-	err := c.raw.Write(w.fn)
-	n, werr := w.n, w.err
-	*w = rawWrite{fn: w.fn}
-	if err != nil {
-		return n, err
-	}
-	return n, werr
-}
-
-// rawWrite is one tryWrite's system call and its outcome.
-type rawWrite struct {
-	b   []byte
-	n   int
-	err error
-	fn  func(fd uintptr) bool // write
-}
-
-func (w *rawWrite) write(fd uintptr) bool {
-	w.n, w.err = syscall.Write(int(fd), w.b)
-	if errors.Is(w.err, syscall.EAGAIN) || errors.Is(w.err, syscall.EINTR) {
-		w.err = nil
-	}
-	w.n = max(w.n, 0)
-	return true // never wait for the socket
-}
-
-// writeRest finishes a write that tryWriteOut left, holding the writer token, and then
-// writes what has become due meanwhile.
-func (c *conn) writeRest() {
-	var err error
-	if c.restAt < 0 {
-		err = c.writeOut(c.written)
-	} else {
-		err = c.write(c.wbuf[c.restAt:])
-	}
-	c.wrote(err)
-	c.writeDue(false)
-}
-
-// writeOut writes the answers of tasks in one system call: copied together when small,
-// else gathered (writev) so that large values are not copied again.
-func (c *conn) writeOut(tasks []*task) error {
-	if len(tasks) == 1 {
-		if len(tasks[0].out) == 0 {
-			return nil
-		}
-		return c.write(tasks[0].out)
-	}
-	total := 0
-	for _, t := range tasks {
-		total += len(t.out)
-	}
-	if total <= keepOutput {
-		c.wbuf = c.wbuf[:0]
-		for _, t := range tasks {
-			c.wbuf = append(c.wbuf, t.out...)
-		}
-		if len(c.wbuf) == 0 {
-			return nil
-		}
-		return c.write(c.wbuf)
-	}
-	c.wbufs = c.wbufs[:0]
-	for _, t := range tasks {
-		if len(t.out) > 0 {
-			c.wbufs = append(c.wbufs, t.out)
-		}
-	}
-	keep := c.wbufs
-	err := c.writeBuffers(&c.wbufs)
-	clear(keep)
-	c.wbufs = keep[:0]
-	return err
-}
-
-// write writes b to the client within WriteTimeout (see withProgress).
-func (c *conn) write(b []byte) error {
-	return c.withProgress(func() (int, error) {
-		n, err := c.nc.Write(b)
-		b = b[n:]
-		return n, err
-	})
-}
-
-// writeBuffers writes bufs to the client (writev), consuming them, within WriteTimeout.
-func (c *conn) writeBuffers(bufs *net.Buffers) error {
-	return c.withProgress(func() (int, error) {
-		n, err := bufs.WriteTo(c.nc)
-		return int(n), err
-	})
-}
-
-// withProgress runs write, which writes what is left of an answer to the client, until it
-// has all been written. The client must take writeProgress bytes, or all that is left, in
-// every WriteTimeout: one that stops reading costs its own connection, closed with
-// errWriteTimeout, and nobody else.
-func (c *conn) withProgress(write func() (int, error)) error {
-	timeout := c.s.WriteTimeout
-	for {
-		if timeout > 0 {
-			_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
-		}
-		n, err := write()
-		if err == nil || timeout <= 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
-			return err
-		}
-		if n < writeProgress {
-			c.s.closedFor(closedWriteTimeout)
-			return errWriteTimeout
-		}
-	}
-}
-
-// fail records a failed write and closes the socket, so that the reader stops; the answers
-// still to come are dropped. The caller holds mu.
-func (c *conn) fail(err error) {
-	c.broken = err
-	c.failed.Store(true)
-	_ = c.nc.Close()
-}
-
-// drain waits until every queued answer is written (or dropped, after a failed write).
-// The requests in flight end within their timeouts, or at once when Shutdown gives up.
-func (c *conn) drain() {
-	c.mu.Lock()
-	for c.head < len(c.queue) || c.writing {
-		c.cond.Wait()
-	}
-	c.mu.Unlock()
-	if cap(c.wbuf) > keepOutput {
-		c.wbuf = nil
-	}
 }
 
 // acquire lends the connection a read buffer for a busy period.

@@ -162,25 +162,20 @@ func (c *conn) recoverPanic(t *task) {
 	s.closedFor(closedPanic)
 	s.logger().Error("panic while serving a request; its connection is closed", "remote", c.nc.RemoteAddr().String(),
 		"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-	c.mu.Lock()
-	if c.broken == nil {
-		c.fail(errPanic)
-	}
-	c.mu.Unlock()
+	c.answers.mu.Lock()
+	c.answers.fail(errPanic)
+	c.answers.mu.Unlock()
 	if t == nil {
 		return
 	}
 	t.turn.Release()
 	t.out = t.out[:0]
 	if !t.writer {
-		c.complete(t)
+		c.answers.complete(t)
 		return
 	}
 	// A streamed answer panicked holding the writer token: give it up past t.
-	c.answered(t)
-	c.mu.Lock()
-	t.done = true
-	c.writeLocked()
+	c.answers.wroteOwn(t, nil)
 }
 
 // Connections reports the client connections open now and accepted since start.

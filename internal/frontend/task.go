@@ -31,14 +31,14 @@ type task struct {
 	resps  []protocol.Response
 
 	stream    bool   // a multi-key retrieval answered part by part (see conn.stream)
-	writer    bool   // a stream holding the connection's writer token; guarded by conn.mu
+	writer    bool   // a stream holding the connection's writer token; guarded by answerQueue.mu
 	silent    bool   // moxi's own request, whose answer the client does not see
 	weight    int    // the keys the task counts in the connection's window (see conn.admit)
 	requests  int    // the client requests it answers
 	valueKeys int    // the keys whose answers may carry a value (see conn.reserve)
 	held      int64  // its bytes in the connection's account: request, and answer or reservation
 	out       []byte // the encoded answer; nil until complete, or for a silent answer
-	done      bool   // complete: out is final; guarded by conn.mu
+	done      bool   // complete: out is final; guarded by answerQueue.mu
 
 	finishFunc func() // finishStarted, made once per task: the done of a started run
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -172,15 +171,20 @@ func (r *startedRun) lead() {
 // for the rest, waiting for them: its own first, then theirs (see retrieveShared).
 func (r *startedRun) fetchAndFollow() {
 	p, req := r.p, &r.reqs[0]
-	var idx []int
-	for i, f := range r.flights {
-		if f != nil && !slices.Contains(r.follows, i) {
-			idx = append(idx, i)
+	var idx []int        // every key but those others fetch: the ones it leads, and those it may not share (a write in flight)
+	follows := r.follows // in key order
+	for i := range req.Keys {
+		if len(follows) > 0 && follows[0] == i {
+			follows = follows[1:]
+			continue
 		}
+		idx = append(idx, i)
 	}
 	p.fetch(r.ctx, r.t, req, r.resps, idx)
 	for _, i := range idx {
-		p.publish(r.t, req.Keys[i], &r.resps[i], false, 0, r.flights[i])
+		if f := r.flights[i]; f != nil {
+			p.publish(r.t, req.Keys[i], &r.resps[i], false, 0, f)
+		}
 	}
 	for _, i := range r.follows {
 		p.follow(r.ctx, r.flights[i], req.Keys[i], &r.resps[i])

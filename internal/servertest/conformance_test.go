@@ -146,11 +146,15 @@ const (
 )
 
 // TestServers runs every implementation over every kind of server it can have.
-func TestServers(t *testing.T) {
+func TestServers(t *testing.T) { eachServer(t, testServer) }
+
+// eachServer runs test on every implementation of the table, over every kind of server it
+// can have, each in a subtest of its own.
+func eachServer(t *testing.T, test func(*testing.T, impl, kind)) {
 	for _, im := range impls {
 		t.Run(im.name, func(t *testing.T) {
 			for _, k := range im.kinds {
-				t.Run(k.String(), func(t *testing.T) { testServer(t, im, k) })
+				t.Run(k.String(), func(t *testing.T) { test(t, im, k) })
 			}
 		})
 	}

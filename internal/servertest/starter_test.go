@@ -63,15 +63,7 @@ func prefixed(st step, p string) step {
 
 // TestStarters runs the Starter checks on every implementation of the table, over every
 // kind of server it can have.
-func TestStarters(t *testing.T) {
-	for _, im := range impls {
-		t.Run(im.name, func(t *testing.T) {
-			for _, k := range im.kinds {
-				t.Run(k.String(), func(t *testing.T) { testStarter(t, im, k) })
-			}
-		})
-	}
-}
+func TestStarters(t *testing.T) { eachServer(t, testStarter) }
 
 func testStarter(t *testing.T, im impl, k kind) {
 	e := &env{t: t, kind: k, arrived: make(chan struct{}, 1)}

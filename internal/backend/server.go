@@ -150,8 +150,8 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 }
 
 // DoBatch sends reqs as one run of packets and waits for their answers (see
-// pool.Server): a connection failure or a timeout fails them all. A run of meta requests goes on a meta connection
-// (meta.go); a run mixing both kinds goes one request at a time.
+// pool.Server): a connection failure or a timeout fails them all. A run of meta requests
+// goes on a meta connection (meta.go); a run mixing both kinds goes one request at a time.
 func (s *Server) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
 	switch metas := countMeta(reqs); {
 	case metas == len(reqs):
@@ -175,9 +175,9 @@ func (s *Server) DoBatch(ctx context.Context, reqs []protocol.Request, resps []p
 
 // StartBatch sends reqs as DoBatch does (or one get of many keys as Do does), but returns
 // once they are queued: the connection's reader finishes them when their answers arrive
-// (pool.Starter). It declines (false) what
-// would make it wait: no room among the requests in flight, no connection up, a dead
-// server, a switch of path (turn.Switch), a run mixing meta and other requests.
+// (pool.Starter). It declines (false) what would make it wait: no room among the requests
+// in flight, no connection up, a dead server, a switch of path (turn.Switch), a run mixing
+// meta and other requests.
 func (s *Server) StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
 	path := pathBinary
 	switch metas := countMeta(reqs); {

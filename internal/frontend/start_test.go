@@ -258,17 +258,13 @@ func (f *finisher) finish(t *testing.T, r *startedRun) {
 // taken receives the runs Start took until they hold n requests.
 func (h *startHandler) taken(t *testing.T, n int) []*startedRun {
 	t.Helper()
-	var runs []*startedRun
-	timer := time.NewTimer(5 * time.Second)
-	defer timer.Stop()
-	for got := 0; got < n; {
-		select {
-		case r := <-h.runs:
-			runs = append(runs, r)
+	runs, ok := h.takenWithin(n, 5*time.Second)
+	if !ok {
+		got := 0
+		for _, r := range runs {
 			got += len(r.keys)
-		case <-timer.C:
-			t.Fatalf("Start took %d of %d requests within 5 s (offered %d, handled %d)", got, n, h.offered.Load(), h.handled.Load())
 		}
+		t.Fatalf("Start took %d of %d requests within 5 s (offered %d, handled %d)", got, n, h.offered.Load(), h.handled.Load())
 	}
 	return runs
 }

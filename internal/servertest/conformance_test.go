@@ -46,12 +46,15 @@ type impl struct {
 	// owns says the implementation owns its connections: Close fails the requests still
 	// running and every later one. A wrapper whose inner server its caller owns (a
 	// migration's new server) goes on answering through it.
-	owns  bool
-	build func(e *env) pool.Server // the implementation over servers of kind e.kind
+	owns bool
+	// starts says it is a pool.Starter too, which starter_test.go then checks as well;
+	// testServer checks that it says so exactly when it is.
+	starts bool
+	build  func(e *env) pool.Server // the implementation over servers of kind e.kind
 }
 
 var impls = []impl{
-	{name: "backend", kinds: allKinds, owns: true, build: func(e *env) pool.Server {
+	{name: "backend", kinds: allKinds, owns: true, starts: true, build: func(e *env) pool.Server {
 		return e.remote(e.addr())
 	}},
 	{name: "memstore", kinds: []kind{serving}, build: func(*env) pool.Server {
@@ -146,12 +149,12 @@ const (
 )
 
 // TestServers runs every implementation over every kind of server it can have.
-func TestServers(t *testing.T) { eachServer(t, testServer) }
+func TestServers(t *testing.T) { eachServer(t, impls, testServer) }
 
-// eachServer runs test on every implementation of the table, over every kind of server it
-// can have, each in a subtest of its own.
-func eachServer(t *testing.T, test func(*testing.T, impl, kind)) {
-	for _, im := range impls {
+// eachServer runs test on every implementation of list, over every kind of server it can
+// have, each in a subtest of its own.
+func eachServer(t *testing.T, list []impl, test func(*testing.T, impl, kind)) {
+	for _, im := range list {
 		t.Run(im.name, func(t *testing.T) {
 			for _, k := range im.kinds {
 				t.Run(k.String(), func(t *testing.T) { test(t, im, k) })
@@ -163,6 +166,9 @@ func eachServer(t *testing.T, test func(*testing.T, impl, kind)) {
 func testServer(t *testing.T, im impl, k kind) {
 	e := &env{t: t, kind: k, arrived: make(chan struct{}, 1)}
 	s := im.build(e)
+	if _, ok := s.(pool.Starter); ok != im.starts {
+		t.Errorf("%T is a pool.Starter: %v; the table says %v", s, ok, im.starts)
+	}
 	closed := false
 	defer func() {
 		if !closed {

@@ -61,9 +61,21 @@ func prefixed(st step, p string) step {
 	return out
 }
 
-// TestStarters runs the Starter checks on every implementation of the table, over every
-// kind of server it can have.
-func TestStarters(t *testing.T) { eachServer(t, testStarter) }
+// TestStarters runs the Starter checks on every implementation of the table that is a
+// pool.Starter (testServer checks the table says which), over every kind of server it can
+// have.
+func TestStarters(t *testing.T) {
+	var starters []impl
+	for _, im := range impls {
+		if im.starts {
+			starters = append(starters, im)
+		}
+	}
+	if len(starters) == 0 {
+		t.Fatal("no implementation in the table is a pool.Starter")
+	}
+	eachServer(t, starters, testStarter)
+}
 
 func testStarter(t *testing.T, im impl, k kind) {
 	e := &env{t: t, kind: k, arrived: make(chan struct{}, 1)}
@@ -71,7 +83,7 @@ func testStarter(t *testing.T, im impl, k kind) {
 	sr, ok := s.(pool.Starter)
 	if !ok {
 		s.Close()
-		t.Skipf("%T is not a pool.Starter", s)
+		t.Fatalf("%T is not a pool.Starter, though the table says it is", s)
 	}
 	st := &starts{s: s, sr: sr}
 	closed := false

@@ -13,7 +13,10 @@ import (
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
-var _ pool.Server = (*Store)(nil)
+var (
+	_ pool.Server  = (*Store)(nil)
+	_ pool.Starter = (*Store)(nil)
+)
 
 // DefaultMaxBytes is the memory bound of a Store whose Options.MaxBytes is 0, memcached's
 // default of 64 MiB.
@@ -138,6 +141,19 @@ func (s *Store) Do(ctx context.Context, req *protocol.Request, resps []protocol.
 // DoBatch executes reqs one by one (see pool.DoEach).
 func (s *Store) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
 	pool.DoEach(ctx, s, reqs, resps, errs)
+}
+
+// StartBatch executes reqs at once, as DoBatch does (one get of many keys as Do does), and
+// calls done before it returns: an in-process store has no answer to wait for, so the
+// request path takes the same started way (pool.Starter) over it as over a remote server.
+func (s *Store) StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+	if len(reqs) == 1 && len(reqs[0].Keys) > 1 {
+		errs[0] = s.Do(ctx, &reqs[0], resps)
+	} else {
+		s.DoBatch(ctx, reqs, resps, errs)
+	}
+	done()
+	return true
 }
 
 // Up is always true: an in-process store cannot be unreachable.

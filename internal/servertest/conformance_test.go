@@ -57,7 +57,7 @@ var impls = []impl{
 	{name: "backend", kinds: allKinds, owns: true, starts: true, build: func(e *env) pool.Server {
 		return e.remote(e.addr())
 	}},
-	{name: "memstore", kinds: []kind{serving}, build: func(*env) pool.Server {
+	{name: "memstore", kinds: []kind{serving}, starts: true, build: func(*env) pool.Server {
 		return memstore.New(memstore.Options{})
 	}},
 	{name: "migration copying", kinds: allKinds, build: func(e *env) pool.Server {

@@ -27,6 +27,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/reload"
+	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
@@ -170,7 +171,8 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	}, []string{"pool", "server"})
 	reg.MustRegister(latency)
 
-	builder := &topology.Builder{Logger: logger, Dial: true, Latency: latency}
+	features := route.NewShared(route.Options{MaxBackgroundBytes: cfg.Limits.MaxBackgroundBytes, Registry: reg, Logger: logger})
+	builder := &topology.Builder{Logger: logger, Dial: true, Latency: latency, Features: features}
 	pending, err := builder.Build(cfg)
 	if err != nil {
 		return err
@@ -189,15 +191,15 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	front.RegisterMetrics(reg)
 	var rl *reload.Reloader // set below, before the first client connects
 	px := proxy.New(pending.Topology, proxy.Options{
-		Version:            version,
-		Settings:           func() []protocol.Stat { return settingStats(rl.Config()) },
-		Registry:           reg,
-		Connections:        front.Connections,
-		MaxConnections:     cfg.Limits.MaxConnections,
-		MaxPending:         cfg.FireAndForget.MaxPending,
-		MaxPendingBytes:    cfg.FireAndForget.MaxPendingBytes,
-		MaxBackgroundBytes: cfg.Limits.MaxBackgroundBytes,
-		Logger:             logger,
+		Version:         version,
+		Settings:        func() []protocol.Stat { return settingStats(rl.Config()) },
+		Registry:        reg,
+		Connections:     front.Connections,
+		MaxConnections:  cfg.Limits.MaxConnections,
+		MaxPending:      cfg.FireAndForget.MaxPending,
+		MaxPendingBytes: cfg.FireAndForget.MaxPendingBytes,
+		Features:        features,
+		Logger:          logger,
 	})
 	front.Handler, front.Rejected = px, px.CountRejected
 	rl = reload.New(reload.Options{

@@ -95,6 +95,13 @@ func (op Op) IsStorage() bool { return op >= OpSet && op <= OpCas }
 // IsWrite reports whether op changes one key: a storage command, delete, incr, decr or touch.
 func (op Op) IsWrite() bool { return op >= OpSet && op <= OpTouch }
 
+// ChangesKey reports whether op writes its key: the write commands, and the meta commands
+// but mg and the ones without a key. (An mg with N or T changes the item too, but never to
+// a value older than the one it holds.)
+func (op Op) ChangesKey() bool {
+	return op.IsWrite() || op == OpMetaSet || op == OpMetaDelete || op == OpMetaArithmetic
+}
+
 // IsMeta reports whether op is a meta command (mn mg ms md ma me). Meta commands carry
 // Request.Meta and answer one Response with Response.Meta; IsRetrieval, IsStorage and
 // IsWrite are false for them.

@@ -12,6 +12,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
@@ -71,14 +72,17 @@ func TestBackgroundBudget(t *testing.T) {
 				topo.Pools = append(topo.Pools, pl)
 				return pl
 			}
+			var f route.Features
 			if tt.backup {
-				topo.Backups = map[*pool.Pool]*pool.Pool{main: slow("spare")}
+				f.Backup = slow("spare")
 			}
 			if tt.shadow {
-				topo.Shadows = map[*pool.Pool]topology.Shadow{main: {Pool: slow("sandbox"), Fraction: 1}}
+				f.Shadow, f.ShadowFraction = slow("sandbox"), 1
 			}
 			reg := prometheus.NewRegistry()
-			p := proxy.New(topo, proxy.Options{Registry: reg, MaxBackgroundBytes: budget})
+			features := route.NewShared(route.Options{Registry: reg, MaxBackgroundBytes: budget})
+			features.Compose(main, f)
+			p := proxy.New(topo, proxy.Options{Registry: reg, Features: features})
 			count := func(name string, labels ...string) float64 {
 				return max(0, value(t, reg, name, labels...)) // a series never touched is absent
 			}

@@ -4,7 +4,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
-	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
 // metrics are the request path's Prometheus series, resolved per command once so that a
@@ -16,39 +15,6 @@ type metrics struct {
 	coalesced, hotHits, hotMisses prometheus.Counter
 	getHits, getMisses            prometheus.Counter
 	errorAnswers                  [numErrorKinds]prometheus.Counter
-
-	warmReads      *prometheus.CounterVec // moxi_warmup_reads_total{pool,result}
-	shadowRequests *prometheus.CounterVec // moxi_shadow_requests_total{pool,result}
-}
-
-// seed makes the series of t's warm-up and shadow pools, at zero until counted, so that
-// they are there to graph from the moment the feature is on.
-func (m *metrics) seed(t *topology.Topology) {
-	for ; t != nil; t = t.Next {
-		for pl := range t.WarmFrom {
-			m.warmReads.WithLabelValues(pl.Name(), "hit")
-			m.warmReads.WithLabelValues(pl.Name(), "miss")
-		}
-		for pl := range t.Shadows {
-			for _, r := range shadowResultNames {
-				m.shadowRequests.WithLabelValues(pl.Name(), r)
-			}
-		}
-	}
-}
-
-// warmRead counts a key read from pool's warm_from pool.
-func (m *metrics) warmRead(pool string, hit bool) {
-	result := "miss"
-	if hit {
-		result = "hit"
-	}
-	m.warmReads.WithLabelValues(pool, result).Inc()
-}
-
-// shadowResult counts a request of pool copied to its shadow pool, by result.
-func (m *metrics) shadowResult(pool string, result int) {
-	m.shadowRequests.WithLabelValues(pool, shadowResultNames[result]).Inc()
 }
 
 // The kinds of moxi_error_answers_total, named by the word that starts the answer's text
@@ -146,15 +112,6 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) *metrics {
 			Help: "Keys read and not found, every protocol: get, gets, gat, gats (text and binary) and mg.",
 		}),
 	}
-	m.warmReads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "moxi_warmup_reads_total",
-		Help: "Keys that missed on a pool with warm_from and were read from that pool, by pool (the one warming up) and result (hit, miss).",
-	}, []string{"pool", "result"})
-	m.shadowRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "moxi_shadow_requests_total",
-		Help: "Requests copied to a pool's shadow pool, by pool (the one shadowed) and result: ok (answered), error (not answered), dropped (the shadow queue was full).",
-	}, []string{"pool", "result"})
-	reg.MustRegister(m.warmReads, m.shadowRequests)
 	reg.MustRegister(requests, duration, errorAnswers, m.coalesced, m.hotHits, m.hotMisses, m.getHits, m.getMisses,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "moxi_fire_and_forget_pending",

@@ -13,14 +13,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/semaphore"
 
-	"github.com/moxi-proxy/moxi/internal/bgqueue"
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/dedup"
 	"github.com/moxi-proxy/moxi/internal/fireforget"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/topology"
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
@@ -40,10 +39,11 @@ type Options struct {
 	MaxPending int
 	// MaxPendingBytes bounds their keys and values; 0 = the config's default.
 	MaxPendingBytes int
-	// MaxBackgroundBytes bounds the backup copies and shadow requests queued at once, in
-	// bytes; past it they are dropped. 0 = the config's default.
-	MaxBackgroundBytes int
-	Logger             *slog.Logger // nil = slog.Default()
+	// Features is what the topologies' composed servers share (backup, warm_from and shadow
+	// pools, package route): the proxy counts its writes in flight there, and closes it.
+	// nil = a Shared of the proxy's own, for topologies that compose no features.
+	Features *route.Shared
+	Logger   *slog.Logger // nil = slog.Default()
 }
 
 // Proxy answers client requests from the servers of its current Topology. Safe for
@@ -56,18 +56,10 @@ type Proxy struct {
 	stats   counters
 	metrics *metrics
 
-	mirrors *bgqueue.Queue[*pool.Pool] // writes to copy to backup pools (backup.go)
-
-	// background holds the bytes of the backup copies and shadow requests queued or being
-	// sent (max_background_bytes); one budget for both, so neither starves moxi's memory.
-	background *semaphore.Weighted
-
-	flights dedup.Group[protocol.Response] // get/gets in flight, for dedup
-	writes  writeStripes                   // writes in flight, which end sharing for their keys
-	queue   *fireforget.Queue              // fire-and-forget writes
-
-	warmSkip warmSkip                 // keys never to read from a warm_from pool (warmup.go)
-	shadows  *bgqueue.Queue[shadowTo] // requests for shadow pools (shadow.go)
+	features *route.Shared                  // shared with the topologies' composed servers
+	writes   *route.Writes                  // writes in flight, which end sharing for their keys: features.Writes
+	flights  dedup.Group[protocol.Response] // get/gets in flight, for dedup
+	queue    *fireforget.Queue              // fire-and-forget writes
 }
 
 // fireAndForgetWorkers write queued writes; a key always goes to the same one, in order.
@@ -86,15 +78,15 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 	if opts.MaxPendingBytes <= 0 {
 		opts.MaxPendingBytes = def.FireAndForget.MaxPendingBytes
 	}
-	if opts.MaxBackgroundBytes <= 0 {
-		opts.MaxBackgroundBytes = def.Limits.MaxBackgroundBytes
-	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	p := &Proxy{opts: opts, version: versionAnswer(opts.Version), started: time.Now()}
-	p.background = semaphore.NewWeighted(int64(opts.MaxBackgroundBytes))
-	p.mirrors, p.shadows = p.newMirrors(), p.newShadows()
+	p.features = opts.Features
+	if p.features == nil {
+		p.features = route.NewShared(route.Options{Logger: opts.Logger})
+	}
+	p.writes = &p.features.Writes
 	p.queue = fireforget.New(fireAndForgetWorkers, opts.MaxPending, opts.MaxPendingBytes, p.writeQueued, opts.Logger)
 	p.metrics = newMetrics(reg, func() float64 { return float64(p.queue.Pending()) })
 	p.Swap(topo)
@@ -102,28 +94,23 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
 	}
 	reg.MustRegister(
-		counter("moxi_backup_reads_total", "Keys that missed or failed on their pool and were asked of its backup pool.", p.stats.backupReads.Load),
-		counter("moxi_backup_hits_total", "Keys the backup pool answered with a value.", p.stats.backupHits.Load),
-		counter("moxi_backup_writes_total", "Writes copied to a backup pool.", p.stats.mirrors.Load),
-		counter("moxi_backup_write_errors_total", "Writes the backup pool did not answer.", p.stats.mirrorErrors.Load),
-		counter("moxi_backup_writes_dropped_total", "Writes not copied to a backup pool because too many copies, or max_background_bytes of them, were in flight.", p.stats.mirrorsDropped.Load),
 		counter("moxi_fire_and_forget_written_total", "Fire-and-forget writes the server stored.", func() uint64 { w, _ := p.queue.Counts(); return w }),
 		counter("moxi_fire_and_forget_failed_total", "Fire-and-forget writes that failed (no answer, or not stored).", func() uint64 { _, f := p.queue.Counts(); return f }),
 	)
 	return p
 }
 
-// Close writes out the fire-and-forget queue, waits for the copies to backup pools and
-// sends what is queued for shadow pools, or gives up when ctx ends (what is left of them is
-// then cancelled). Requests must have stopped (the frontend shut down) before.
+// Close writes out the fire-and-forget queue, then waits for the copies to backup pools
+// and sends what is queued for shadow pools (route.Shared.Close), or gives up when ctx
+// ends (what is left of them is then cancelled). Requests must have stopped (the frontend
+// shut down) before.
 func (p *Proxy) Close(ctx context.Context) error {
 	qerr := p.queue.Close(ctx)
-	return errors.Join(qerr, p.mirrors.Close(ctx), p.shadows.Close(ctx))
+	return errors.Join(qerr, p.features.Close(ctx))
 }
 
 // Swap installs a new topology; requests in flight finish on the one they started with.
 func (p *Proxy) Swap(t *topology.Topology) {
-	p.metrics.seed(t)
 	p.topo.Store(t)
 }
 
@@ -166,9 +153,6 @@ func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []proto
 		p.write(ctx, t, req, resps[base:])
 	}
 	p.account(req, resps[base:], time.Since(start).Seconds())
-	if len(t.Shadows) > 0 {
-		p.shadow(t, req) // after the answer is made; never waits
-	}
 	return resps
 }
 
@@ -204,7 +188,7 @@ func (p *Proxy) do(ctx context.Context, pl *pool.Pool, key []byte, req *protocol
 // write that goes to a stand-in is remembered for its server, with its expiry capped
 // (pool.Pool.LocateWrite).
 func (p *Proxy) attempt(ctx context.Context, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) (*pool.Member, error) {
-	if !changesKey(req.Op) {
+	if !req.Op.ChangesKey() {
 		m := pl.Member(pl.Locate(key))
 		return m, m.Server.Do(ctx, req, resps)
 	}

@@ -46,7 +46,7 @@ func (p *Proxy) retrieveOne(ctx context.Context, t *topology.Topology, req *prot
 		return
 	}
 	var f *dedup.Flight[protocol.Response]
-	if t.Dedup && !p.writes.inFlight(k) {
+	if t.Dedup && !p.writes.InFlight(k) {
 		var leader bool
 		if f, leader = p.flights.Start(k); !leader {
 			p.follow(ctx, f, k, &out[0])
@@ -81,7 +81,7 @@ func (p *Proxy) retrieveShared(ctx context.Context, t *topology.Topology, req *p
 			continue
 		}
 		l := lead{i: i, hot: hot, epoch: epoch}
-		if t.Dedup && !p.writes.inFlight(k) {
+		if t.Dedup && !p.writes.InFlight(k) {
 			f, leader := p.flights.Start(k)
 			if !leader {
 				follows = append(follows, follow{i, f})
@@ -146,26 +146,15 @@ func (p *Proxy) follow(ctx context.Context, f *dedup.Flight[protocol.Response], 
 
 // fetch gets req.Keys[i] for every i in idx (every key when idx is nil) from the servers
 // into out[i]: a single key straight from its server, several split by server and sent as
-// one request per server in parallel. Keys that then miss are read from their pool's
-// warm_from pool (warmup.go); those that still miss or fail are tried on their pool's
-// backup.
+// one request per server in parallel. (A pool's warm_from and backup pools are its
+// servers' business: package route.)
 func (p *Proxy) fetch(ctx context.Context, t *topology.Topology, req *protocol.Request, out []protocol.Response, idx []int) {
-	var epochs []uint64
-	if len(t.WarmFrom) > 0 {
-		epochs = p.warmEpochs(t, req, idx) // before the read: see warmup.go
-	}
 	if len(req.Keys) == 1 {
 		pl := t.PoolFor(req.Keys[0])
 		p.do(ctx, pl, req.Keys[0], req, out)
-	} else {
-		p.fanOut(ctx, t.PoolFor, req, out, idx)
+		return
 	}
-	if epochs != nil {
-		p.warmUp(ctx, t, req, out, idx, epochs)
-	}
-	if len(t.Backups) > 0 {
-		p.readBackup(ctx, t, req, out, idx)
-	}
+	p.fanOut(ctx, t.PoolFor, req, out, idx)
 }
 
 // share is the keys of one request that one member serves: indexes into the request.

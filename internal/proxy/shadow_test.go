@@ -12,6 +12,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
@@ -25,11 +26,9 @@ func shadowing(t *testing.T, shadow pool.Server, fraction float64) (*proxy.Proxy
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	p := proxy.New(&topology.Topology{
-		Pools:   []*pool.Pool{main, sp},
-		Default: main,
-		Shadows: map[*pool.Pool]topology.Shadow{main: {Pool: sp, Fraction: fraction}},
-	}, proxy.Options{Registry: reg})
+	features := route.NewShared(route.Options{Registry: reg})
+	features.Compose(main, route.Features{Shadow: sp, ShadowFraction: fraction})
+	p := proxy.New(&topology.Topology{Pools: []*pool.Pool{main, sp}, Default: main}, proxy.Options{Registry: reg, Features: features})
 	return p, reg, sp
 }
 
@@ -37,6 +36,11 @@ func TestShadowCopiesRequests(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	shadow := newPool(t, "x", 1).Member(0).Server
 	p, reg, sp := shadowing(t, shadow, 1)
+	main := p.Topology().Default
+	gets := map[int]bool{} // main's servers that the get reaches: each copies its share
+	for _, k := range []string{"a", "b", "c"} {
+		gets[main.Locate([]byte(k))] = true
+	}
 	set(t, p, "a", "1")
 	set(t, p, "b", "2")
 	if r := get(p, "a", "b", "c"); string(r[0].Value) != "1" || string(r[1].Value) != "2" || r[2].Status != protocol.StatusNotFound {
@@ -49,8 +53,8 @@ func TestShadowCopiesRequests(t *testing.T) {
 	if !holds(t, sp.Member(0), "a") || holds(t, sp.Member(0), "b") {
 		t.Error("the shadow pool did not see set a, set b, delete b")
 	}
-	if got := value(t, reg, "moxi_shadow_requests_total", "pool", "main", "result", "ok"); got != 4 {
-		t.Errorf("shadow ok = %v, want 4 (2 sets, 1 get, 1 delete)", got)
+	if got, want := value(t, reg, "moxi_shadow_requests_total", "pool", "main", "result", "ok"), float64(3+len(gets)); got != want {
+		t.Errorf("shadow ok = %v, want %v (2 sets, the get's %d shares, 1 delete)", got, want, len(gets))
 	}
 }
 

@@ -15,17 +15,15 @@ import (
 // goroutine waiting for it: the run goes to its server as one batch, and whoever reads the
 // answers (pool.Starter) finishes it and calls done, at most once. A lone get of many keys
 // is taken as well, as one request. It takes the common case only: every key served by one
-// member whose server is a pool.Starter, no feature that acts after the answer (a backup or
-// warm_from pool, shadowing, a hot key, fire-and-forget, a write for a stand-in, a touch),
+// member whose server is a pool.Starter (one composed with a backup, warm_from or shadow
+// pool is not), no feature that acts after the answer (a hot key, fire-and-forget, a write
+// for a stand-in, a touch),
 // and for a lone get, fetches of its keys by others to join only when it leads some
 // itself. It reports false, having done nothing, for anything else: the caller then runs
 // the request as before.
 func (p *Proxy) Start(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
 	begun := time.Now()
 	t := p.topo.Load().InService(begun)
-	if len(t.Shadows) > 0 {
-		return false
-	}
 	pl, m := startable(t, reqs)
 	if m == nil {
 		return false
@@ -54,8 +52,8 @@ func (p *Proxy) Start(ctx context.Context, reqs []protocol.Request, resps []prot
 		r.errs = append(r.errs, nil)
 	}
 	for i := range reqs {
-		if req := &reqs[i]; changesKey(req.Op) {
-			p.writes.begin(req.Key)
+		if req := &reqs[i]; req.Op.ChangesKey() {
+			p.writes.Begin(req.Key)
 			p.settle(t, req.Key)
 		}
 	}
@@ -77,9 +75,6 @@ func startable(t *topology.Topology, reqs []protocol.Request) (*pool.Pool, *pool
 	var m *pool.Member
 	take := func(key []byte, write bool) bool {
 		kp := t.PoolFor(key)
-		if t.WarmFrom[kp] != nil || t.Backups[kp] != nil {
-			return false
-		}
 		km := kp.Member(kp.Locate(key))
 		if write && kp.Failover() && km != kp.Member(kp.Owner(key)) {
 			return false // a write for a stand-in is remembered (see attempt)
@@ -101,7 +96,7 @@ func startable(t *topology.Topology, reqs []protocol.Request) (*pool.Pool, *pool
 					return nil, nil
 				}
 			}
-		case !take(req.Key, changesKey(req.Op)):
+		case !take(req.Key, req.Op.ChangesKey()):
 			return nil, nil
 		}
 	}
@@ -155,7 +150,7 @@ func (r *startedRun) lead() {
 	p, keys := r.p, r.reqs[0].Keys
 	for i, k := range keys {
 		var f *dedup.Flight[protocol.Response]
-		if !p.writes.inFlight(k) {
+		if !p.writes.InFlight(k) {
 			var leader bool
 			if f, leader = p.flights.Start(k); !leader {
 				r.follows = append(r.follows, i)
@@ -250,9 +245,9 @@ func (r *startedRun) end() {
 			switch {
 			case req.Op.IsRetrieval():
 				r.resps[i].Key = req.Keys[0]
-			case changesKey(req.Op):
+			case req.Op.ChangesKey():
 				p.settle(t, req.Key)
-				p.writes.end(req.Key)
+				p.writes.End(req.Key)
 			}
 			p.account(req, r.resps[i:i+1], took)
 		}

@@ -26,9 +26,6 @@ type counters struct {
 	touchHits, touchMisses        atomic.Uint64
 	backendErrors                 atomic.Uint64
 
-	backupReads, backupHits               atomic.Uint64 // keys asked of a backup pool, and found
-	mirrors, mirrorErrors, mirrorsDropped atomic.Uint64 // writes copied to a backup pool
-
 	detail prefixStats // "stats detail": counts per key prefix, while on
 }
 
@@ -40,7 +37,6 @@ func (c *counters) reset() {
 		&c.cmdGet, &c.getHits, &c.getMisses, &c.cmdSet, &c.cmdFlush, &c.cmdTouch,
 		&c.deleteHits, &c.deleteMisses, &c.incrHits, &c.incrMisses, &c.decrHits, &c.decrMisses,
 		&c.casHits, &c.casMisses, &c.casBadval, &c.touchHits, &c.touchMisses, &c.backendErrors,
-		&c.backupReads, &c.backupHits, &c.mirrors, &c.mirrorErrors, &c.mirrorsDropped,
 	} {
 		v.Store(0)
 	}
@@ -153,6 +149,7 @@ func (p *Proxy) statsResponse(ctx context.Context, t *topology.Topology, req *pr
 		return p.statsDetail(req, rest)
 	case "reset":
 		p.stats.reset()
+		p.features.Backup.Reset()
 		return protocol.Response{Value: []byte("RESET")}
 	default:
 		return protocol.Response{Status: protocol.StatusUnknownCommand}
@@ -201,7 +198,7 @@ func (p *Proxy) generalStats() []protocol.Stat {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	now := time.Now()
-	c := &p.stats
+	c, b := &p.stats, &p.features.Backup
 	ffWritten, ffFailed := p.queue.Counts()
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	tv := func(t syscall.Timeval) string {
@@ -236,11 +233,11 @@ func (p *Proxy) generalStats() []protocol.Stat {
 		{Name: "touch_hits", Value: u(c.touchHits.Load())},
 		{Name: "touch_misses", Value: u(c.touchMisses.Load())},
 		{Name: "backend_errors", Value: u(c.backendErrors.Load())},
-		{Name: "backup_reads", Value: u(c.backupReads.Load())},
-		{Name: "backup_hits", Value: u(c.backupHits.Load())},
-		{Name: "backup_writes", Value: u(c.mirrors.Load())},
-		{Name: "backup_write_errors", Value: u(c.mirrorErrors.Load())},
-		{Name: "backup_writes_dropped", Value: u(c.mirrorsDropped.Load())},
+		{Name: "backup_reads", Value: u(b.Reads.Load())},
+		{Name: "backup_hits", Value: u(b.Hits.Load())},
+		{Name: "backup_writes", Value: u(b.Writes.Load())},
+		{Name: "backup_write_errors", Value: u(b.WriteErrors.Load())},
+		{Name: "backup_writes_dropped", Value: u(b.WritesDropped.Load())},
 		{Name: "fire_and_forget_pending", Value: strconv.Itoa(p.queue.Pending())},
 		{Name: "fire_and_forget_written", Value: u(ffWritten)},
 		{Name: "fire_and_forget_failed", Value: u(ffFailed)},

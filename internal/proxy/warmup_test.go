@@ -11,6 +11,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
@@ -19,11 +20,9 @@ func warming(t *testing.T) (*proxy.Proxy, *prometheus.Registry, *pool.Pool, *poo
 	t.Helper()
 	newP, oldP := newPool(t, "new", 2), newPool(t, "old", 2)
 	reg := prometheus.NewRegistry()
-	p := proxy.New(&topology.Topology{
-		Pools:    []*pool.Pool{newP, oldP},
-		Default:  newP,
-		WarmFrom: map[*pool.Pool]*pool.Pool{newP: oldP},
-	}, proxy.Options{Registry: reg})
+	features := route.NewShared(route.Options{Registry: reg})
+	features.Compose(newP, route.Features{WarmFrom: oldP})
+	p := proxy.New(&topology.Topology{Pools: []*pool.Pool{newP, oldP}, Default: newP}, proxy.Options{Registry: reg, Features: features})
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	return p, reg, newP, oldP
 }

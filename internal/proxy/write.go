@@ -4,10 +4,8 @@ import (
 	"context"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/moxi-proxy/moxi/internal/keyhash"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
@@ -23,21 +21,16 @@ func (p *Proxy) write(ctx context.Context, t *topology.Topology, req *protocol.R
 	// From here until the answer, reads of key neither join a fetch already in flight nor
 	// lead one that others join: such a fetch may reach the server before this write
 	// does, and a read sent after the write (a pipelined "set k; get k") must see it.
-	p.writes.begin(key)
-	defer p.writes.end(key)
+	p.writes.Begin(key)
+	defer p.writes.End(key)
 	p.settle(t, key)
 	if inBackground(t, req) {
 		*resp = p.enqueue(ctx, req)
 		p.settle(t, key)
 		return
 	}
-	pl := t.PoolFor(key)
-	p.do(ctx, pl, key, req, one)
-	p.dropOld(ctx, t, pl, key, resp)
+	p.do(ctx, t.PoolFor(key), key, req, one)
 	p.settle(t, key)
-	if b := t.Backups[pl]; b != nil && req.Op.IsWrite() {
-		p.mirror(b, req, resp)
-	}
 }
 
 // inBackground reports whether req is a fire-and-forget write: answered at once, written
@@ -61,7 +54,8 @@ func (p *Proxy) enqueue(ctx context.Context, req *protocol.Request) protocol.Res
 // pipelined requests cost a round trip per server, not one each. The shares go out in
 // parallel; a request that got no answer is retried on its own. A run that needs more than
 // that — a write for a stand-in (remembered, see attempt), a key of the hot cache — is
-// answered by Handle, one request after the other, in order.
+// answered by Handle, one request after the other, in order. (What a pool's features add
+// to each request is its servers' business: package route.)
 func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
 	start := time.Now()
 	t := p.Topology().InService(start)
@@ -76,8 +70,8 @@ func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []
 		return
 	}
 	for i := range reqs {
-		if req := &reqs[i]; changesKey(req.Op) {
-			p.writes.begin(req.Key)
+		if req := &reqs[i]; req.Op.ChangesKey() {
+			p.writes.Begin(req.Key)
 			p.settle(t, req.Key)
 			if inBackground(t, req) {
 				resps[i] = p.enqueue(ctx, req)
@@ -90,15 +84,9 @@ func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []
 		req := &reqs[i]
 		if req.Op.IsRetrieval() {
 			resps[i].Key = req.Keys[0]
-			if len(t.Backups) > 0 {
-				p.readBackup(ctx, t, req, resps[i:i+1], nil)
-			}
-		} else if changesKey(req.Op) {
+		} else if req.Op.ChangesKey() {
 			p.settle(t, req.Key)
-			if bp := t.Backups[t.PoolFor(req.Key)]; bp != nil && req.Op.IsWrite() && !inBackground(t, req) {
-				p.mirror(bp, req, &resps[i])
-			}
-			p.writes.end(req.Key)
+			p.writes.End(req.Key)
 		}
 		p.account(req, resps[i:i+1], took)
 	}
@@ -148,11 +136,8 @@ func (b *writeBatch) group(t *topology.Topology, reqs []protocol.Request) bool {
 			continue
 		}
 		pl := t.PoolFor(key)
-		if t.WarmFrom[pl] != nil || t.Shadows[pl].Pool != nil {
-			return false // a read may go on to another pool, a request may be copied
-		}
 		m := pl.Member(pl.Locate(key))
-		if changesKey(req.Op) && pl.Failover() && m != pl.Member(pl.Owner(key)) {
+		if req.Op.ChangesKey() && pl.Failover() && m != pl.Member(pl.Owner(key)) {
 			return false
 		}
 		b.add(pl, m, i)
@@ -246,14 +231,10 @@ func (p *Proxy) writeQueued(ctx context.Context, req *protocol.Request) error {
 	t := p.Topology()
 	pl := t.PoolFor(req.Key)
 	var resp [1]protocol.Response
-	p.writes.begin(req.Key)
-	defer p.writes.end(req.Key)
+	p.writes.Begin(req.Key)
+	defer p.writes.End(req.Key)
 	p.do(ctx, pl, req.Key, req, resp[:])
-	p.dropOld(ctx, t, pl, req.Key, &resp[0])
 	p.settle(t, req.Key)
-	if b := t.Backups[pl]; b != nil {
-		p.mirror(b, req, &resp[0])
-	}
 	if resp[0].Status != protocol.StatusOK {
 		return &statusError{resp[0]}
 	}
@@ -268,59 +249,4 @@ func (e *statusError) Error() string {
 		return e.resp.Msg
 	}
 	return "not stored (status " + strconv.Itoa(int(e.resp.Status)) + ")"
-}
-
-// writeStripes counts the writes in flight by stripe of their key, so that reads of a key
-// being written do not share fetches (see write), and counts the writes ended, so that a
-// warm-up copy can tell whether a write of its key began or ended since it read
-// (warmup.go). A stripe shared by other keys only costs those keys their sharing, or a
-// copy, for a moment.
-type writeStripes struct{ keyhash.Stripes[writeStripe] }
-
-type writeStripe struct {
-	mu     sync.Mutex
-	n      atomic.Int32 // writes in flight; changed under mu, read without it by inFlight
-	epochs uint64       // writes ended; guarded by mu
-}
-
-func (w *writeStripes) begin(key []byte) {
-	s := w.Of(key)
-	s.mu.Lock()
-	s.n.Add(1)
-	s.mu.Unlock()
-}
-
-func (w *writeStripes) end(key []byte) {
-	s := w.Of(key)
-	s.mu.Lock()
-	s.n.Add(-1)
-	s.epochs++
-	s.mu.Unlock()
-}
-
-func (w *writeStripes) inFlight(key []byte) bool { return w.Of(key).n.Load() != 0 }
-
-// busy is an epoch no stripe reaches: epoch's answer while a write is in flight.
-const busy = ^uint64(0)
-
-// epoch is the count of key's stripe's ended writes, or busy while one is in flight.
-func (w *writeStripes) epoch(key []byte) uint64 {
-	s := w.Of(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n.Load() != 0 {
-		return busy
-	}
-	return s.epochs
-}
-
-// ifQuiet runs fn under key's stripe's lock when no write of the stripe began or ended
-// since epoch returned e: a write that begins meanwhile waits for fn.
-func (w *writeStripes) ifQuiet(key []byte, e uint64, fn func()) {
-	s := w.Of(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n.Load() == 0 && s.epochs == e {
-		fn()
-	}
 }

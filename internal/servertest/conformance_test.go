@@ -23,6 +23,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/migrate"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
@@ -77,6 +78,15 @@ var impls = []impl{
 		m.Start()
 		eventually(e.t, "the copy of an empty server done", func() bool { return m.Phase() == migrate.Done })
 		return m
+	}},
+	{name: "with a backup pool", kinds: allKinds, build: func(e *env) pool.Server {
+		return e.composed(func(other *pool.Pool) route.Features { return route.Features{Backup: other} })
+	}},
+	{name: "with a warm_from pool", kinds: allKinds, build: func(e *env) pool.Server {
+		return e.composed(func(other *pool.Pool) route.Features { return route.Features{WarmFrom: other} })
+	}},
+	{name: "with a shadow pool", kinds: allKinds, build: func(e *env) pool.Server {
+		return e.composed(func(other *pool.Pool) route.Features { return route.Features{Shadow: other, ShadowFraction: 1} })
 	}},
 	{name: "topology placeholder", kinds: []kind{unreachable}, build: func(e *env) pool.Server {
 		// What a topology built for --check (Builder.Dial false) puts in place of a
@@ -510,6 +520,28 @@ func (e *env) remote(addr string) *backend.Server {
 }
 
 // inner is a backend.Server a wrapper uses and the test owns.
+// composed is a server of one pool composed with the features f names, another pool of one
+// server of the same kind (package route).
+func (e *env) composed(f func(other *pool.Pool) route.Features) pool.Server {
+	onePool := func(name string) *pool.Pool {
+		addr := e.addr()
+		pl, err := pool.New(name, pool.Options{}, []pool.Member{{Name: addr, Addr: addr, Weight: 1, Server: e.inner(addr)}})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return pl
+	}
+	pl, other := onePool("main"), onePool("other")
+	features := route.NewShared(route.Options{Logger: discard})
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = features.Close(ctx)
+	})
+	features.Compose(pl, f(other))
+	return pl.Member(0).Server
+}
+
 func (e *env) inner(addr string) *backend.Server {
 	s := e.remote(addr)
 	e.t.Cleanup(func() { s.Close() })

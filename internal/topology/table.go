@@ -18,19 +18,9 @@ type Route struct {
 // pool for every other key, and the per-key features. A reload builds a new Topology and the
 // proxy swaps it in whole; requests in flight finish on the one they started with.
 type Topology struct {
-	Pools   []*pool.Pool
-	Routes  []Route
-	Default *pool.Pool
-	// Backups maps a pool to its backup pool: writes are copied there, and reads that miss
-	// or fail on the pool are tried there.
-	Backups map[*pool.Pool]*pool.Pool
-	// WarmFrom maps a pool to the pool it warms up from: a read that misses on the pool is
-	// read there and copied over; a write of the pool also deletes the key there.
-	WarmFrom map[*pool.Pool]*pool.Pool
-	// Shadows maps a pool to its shadow: the requests for a share of its keys are also sent
-	// there, and its answers thrown away.
-	Shadows map[*pool.Pool]Shadow
-
+	Pools         []*pool.Pool
+	Routes        []Route
+	Default       *pool.Pool
 	Dedup         bool            // coalesce identical concurrent get/gets
 	Hot           *hotcache.Cache // nil: no hot cache
 	FireAndForget [][]byte        // prefixes whose writes are answered at once and sent in the background
@@ -40,12 +30,6 @@ type Topology struct {
 	// request that starts then uses it, however late the timer that installs it fires.
 	Next   *Topology
 	NextAt time.Time
-}
-
-// Shadow is where a pool's shadowed requests go, and for which share of its keys.
-type Shadow struct {
-	Pool     *pool.Pool
-	Fraction float64 // 0 to 1
 }
 
 // InService is the table a request starting at now uses: t, or from NextAt on, Next.

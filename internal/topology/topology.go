@@ -24,6 +24,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/migrate"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/tlsfiles"
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
@@ -36,6 +37,9 @@ type Builder struct {
 	Dial bool
 	// Latency, when set, gets each remote server's answer times, labelled pool and server.
 	Latency *prometheus.HistogramVec
+	// Features is what the servers composed with a pool's backup, warm_from and shadow
+	// pools share (package route); nil = one of the Builder's own, made by the first Build.
+	Features *route.Shared
 
 	mu         sync.Mutex
 	standIns   *pool.StandIns                      // shared by every pool built; made by the first Build
@@ -97,6 +101,9 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	if b.standIns == nil {
 		b.standIns = pool.NewStandIns(MaxStandInKeys, b.logger())
 	}
+	if b.Features == nil {
+		b.Features = route.NewShared(route.Options{Logger: b.logger()})
+	}
 	byName := make(map[string]*pool.Pool, len(cfg.Pools))
 	for _, pc := range cfg.Pools {
 		if pc.TLS != nil && pc.TLS.Config == nil && b.Dial {
@@ -120,24 +127,11 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 		t.Pools = append(t.Pools, p)
 	}
 	for _, pc := range cfg.Pools {
-		if pc.Backup != "" {
-			if t.Backups == nil {
-				t.Backups = make(map[*pool.Pool]*pool.Pool)
-			}
-			t.Backups[byName[pc.Name]] = byName[pc.Backup]
+		f := route.Features{Backup: byName[pc.Backup], WarmFrom: byName[pc.WarmFrom]}
+		if pc.Shadow != nil {
+			f.Shadow, f.ShadowFraction = byName[pc.Shadow.Pool], pc.Shadow.Fraction
 		}
-		if pc.WarmFrom != "" {
-			if t.WarmFrom == nil {
-				t.WarmFrom = make(map[*pool.Pool]*pool.Pool)
-			}
-			t.WarmFrom[byName[pc.Name]] = byName[pc.WarmFrom]
-		}
-		if pc.Shadow != nil && pc.Shadow.Fraction > 0 {
-			if t.Shadows == nil {
-				t.Shadows = make(map[*pool.Pool]Shadow)
-			}
-			t.Shadows[byName[pc.Name]] = Shadow{Pool: byName[pc.Shadow.Pool], Fraction: pc.Shadow.Fraction}
-		}
+		b.Features.Compose(byName[pc.Name], f)
 	}
 	for _, r := range cfg.Routes {
 		t.Routes = append(t.Routes, Route{Prefix: []byte(r.Prefix), Pool: byName[r.Pool]})

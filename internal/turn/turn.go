@@ -141,6 +141,14 @@ func Defer(ctx context.Context) (each context.Context, done func()) {
 	return With(ctx, stand), func() { Dispatched(ctx) }
 }
 
+// After returns a context for the dispatches a request makes after its own, on its behalf
+// (a backup read, a warm-up copy): on the connection's affinity, minding its paths, and
+// never giving the turn on, which the request's own dispatch does (or did).
+func After(ctx context.Context) context.Context {
+	each, _ := Defer(ctx)
+	return each
+}
+
 // ContextKey is the context key of a request's *Turn. With sets it; a caller's own
 // context type may answer Value(ContextKey{}) itself to avoid With's allocation.
 type ContextKey struct{}

@@ -1,4 +1,4 @@
-package proxy
+package route
 
 import (
 	"fmt"
@@ -14,35 +14,35 @@ func TestWriteStripesGuard(t *testing.T) {
 	k := []byte("k")
 	for _, tc := range []struct {
 		name  string
-		steps func(w *writeStripes) uint64 // returns the epoch the copy noted
+		steps func(w *Writes) uint64 // returns the epoch the copy noted
 		want  bool
 	}{
-		{"quiet", func(w *writeStripes) uint64 { return w.epoch(k) }, true},
-		{"write ended since", func(w *writeStripes) uint64 {
+		{"quiet", func(w *Writes) uint64 { return w.epoch(k) }, true},
+		{"write ended since", func(w *Writes) uint64 {
 			e := w.epoch(k)
-			w.begin(k)
-			w.end(k)
+			w.Begin(k)
+			w.End(k)
 			return e
 		}, false},
-		{"write in flight at the copy", func(w *writeStripes) uint64 {
+		{"write in flight at the copy", func(w *Writes) uint64 {
 			e := w.epoch(k)
-			w.begin(k)
+			w.Begin(k)
 			return e
 		}, false},
-		{"write in flight at the read", func(w *writeStripes) uint64 {
-			w.begin(k)
+		{"write in flight at the read", func(w *Writes) uint64 {
+			w.Begin(k)
 			e := w.epoch(k)
-			w.end(k)
+			w.End(k)
 			return e
 		}, false},
-		{"write ended before the read", func(w *writeStripes) uint64 {
-			w.begin(k)
-			w.end(k)
+		{"write ended before the read", func(w *Writes) uint64 {
+			w.Begin(k)
+			w.End(k)
 			return w.epoch(k)
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var w writeStripes
+			var w Writes
 			e := tc.steps(&w)
 			ran := false
 			w.ifQuiet(k, e, func() { ran = true })

@@ -1,4 +1,4 @@
-package proxy
+package route
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
-	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // Warm-up (a pool's warm_from: OTHER). A read that misses on the pool is read from OTHER
@@ -27,9 +27,9 @@ import (
 //     or a miss. R never answers a value older than W.
 //   - W acknowledged while R is between its read of OTHER and its add: the add must not
 //     land, or it would revert W (W a delete, or W's value since evicted) for every later
-//     reader. So every write counts itself in its key's stripe (writeStripes: begin, end),
+//     reader. So every write counts itself in its key's stripe (Writes: Begin, End),
 //     R notes the stripe's epoch before its first read, and R adds only under the stripe's
-//     lock and only when no write of the stripe began or ended since (ifQuiet). A write that
+//     lock and only when no write of the stripe began or ended since (Writes.ifQuiet). A write that
 //     begins after R's check waits for R's add to finish, then overwrites or deletes it.
 //   - R's own answer when W overlaps R: either value is a correct answer for requests that
 //     overlap; when the add was refused, R reads this pool again and answers what it holds.
@@ -90,52 +90,62 @@ type oldItem struct {
 	ttl   int64 // remaining seconds; -1: no expiry
 }
 
-// warmEpochs notes, for each key of req at among (nil: all) whose pool warms up, its
-// stripe's epoch before the read (see the interleavings above); nil when none warms up.
-func (p *Proxy) warmEpochs(t *topology.Topology, req *protocol.Request, among []int) []uint64 {
-	var epochs []uint64
-	forEach(among, len(req.Keys), func(i int) {
-		if t.WarmFrom[t.PoolFor(req.Keys[i])] == nil {
-			return
-		}
-		if epochs == nil {
-			epochs = make([]uint64, len(req.Keys))
-		}
-		epochs[i] = p.writes.epoch(req.Keys[i])
-	})
-	return epochs
+// warmUp is a member's server of a pool with warm_from.
+type warmUp struct {
+	wrapped
+	s    *Shared
+	pool string     // this pool's name, for the metric
+	from *pool.Pool // OTHER
 }
 
-// forEach calls fn for each index in among, or for 0 to n-1 when among is nil.
-func forEach(among []int, n int, fn func(i int)) {
-	if among == nil {
-		for i := range n {
-			fn(i)
+var _ pool.Server = (*warmUp)(nil)
+
+func (w *warmUp) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+	switch {
+	case req.Op.IsRetrieval():
+		epochs := make([]uint64, len(req.Keys))
+		for i, k := range req.Keys {
+			epochs[i] = w.s.Writes.epoch(k) // before the read: see the interleavings above
 		}
-		return
+		if err := w.inner.Do(ctx, req, resps); err != nil {
+			return err
+		}
+		w.warmUp(turn.After(ctx), req, resps, epochs)
+		return nil
+	case req.Op == protocol.OpMetaGet && !req.Meta.Vivify: // an mg with N made the item on its miss: that is its answer
+		epoch := w.s.Writes.epoch(req.Key)
+		err := w.inner.Do(ctx, req, resps)
+		if err == nil && resps[0].Meta.Code == protocol.MetaEN && !w.s.warmSkip.has(req.Key) {
+			w.warmMeta(turn.After(ctx), req, resps, epoch)
+		}
+		return err
+	case req.Op.ChangesKey():
+		err := w.inner.Do(ctx, req, resps)
+		w.dropOld(turn.After(ctx), req.Key, resps, err)
+		return err
 	}
-	for _, i := range among {
-		fn(i)
-	}
+	return w.inner.Do(ctx, req, resps)
 }
 
-// warmUp reads the keys (at among; nil: all) that missed on a pool with warm_from from that
-// pool, copies the hits over and answers them. epochs is warmEpochs' note.
-func (p *Proxy) warmUp(ctx context.Context, t *topology.Topology, req *protocol.Request, out []protocol.Response, among []int, epochs []uint64) {
-	if epochs == nil {
-		return
-	}
+// DoBatch runs the batch one request at a time: each may need its follow-up before the
+// next is sent.
+func (w *warmUp) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, w, reqs, resps, errs)
+}
+
+// warmUp reads the keys that missed here from OTHER, copies the hits over and answers
+// them. epochs[i] is the stripe's epoch of req.Keys[i] before the read here.
+func (w *warmUp) warmUp(ctx context.Context, req *protocol.Request, out []protocol.Response, epochs []uint64) {
 	var idx []int
-	forEach(among, len(out), func(i int) {
-		k := req.Keys[i]
-		if out[i].Status == protocol.StatusNotFound && t.WarmFrom[t.PoolFor(k)] != nil && !p.warmSkip.has(k) {
+	for i, k := range req.Keys {
+		if out[i].Status == protocol.StatusNotFound && !w.s.warmSkip.has(k) {
 			idx = append(idx, i)
 		}
-	})
+	}
 	if len(idx) == 0 {
 		return
 	}
-	items := p.readOld(ctx, t, req.Keys, idx)
+	items := w.readOld(ctx, req.Keys, idx)
 	// What the copy stored is answered as is, unless the answer shows a cas (gets, gats,
 	// any binary get): that must be this pool's, so the key is read here again.
 	wantCas := req.Binary || req.Op == protocol.OpGets || req.Op == protocol.OpGats
@@ -145,8 +155,7 @@ func (p *Proxy) warmUp(ctx context.Context, t *topology.Topology, req *protocol.
 	var wg sync.WaitGroup
 	for j, i := range idx {
 		it := &items[j]
-		pl := t.PoolFor(req.Keys[i])
-		p.metrics.warmRead(pl.Name(), it.found)
+		w.s.warmRead(w.pool, it.found)
 		if !it.found {
 			continue
 		}
@@ -173,21 +182,29 @@ func (p *Proxy) warmUp(ctx context.Context, t *topology.Topology, req *protocol.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answer(p.copyIn(ctx, pl, req.Keys[i], it, exptime, epochs[i]))
+			answer(w.copyIn(ctx, req.Keys[i], it, exptime, epochs[i]))
 		}()
 	}
 	wg.Wait()
 	if len(again) == 0 {
 		return
 	}
-	p.fanOut(ctx, t.PoolFor, req, out, again)
-	for _, i := range again {
-		if out[i].Status != protocol.StatusOK {
-			// Not copied (a write of the stripe overlapped) and gone again here: OTHER's
-			// value is still a correct answer for this read, see above.
-			it := &items[at[i]]
-			out[i] = protocol.Response{Key: req.Keys[i], Value: it.value, Flags: it.flags}
+	sub := *req
+	sub.Keys = make([][]byte, len(again))
+	for n, i := range again {
+		sub.Keys[n] = req.Keys[i]
+	}
+	answers := make([]protocol.Response, len(again))
+	err := w.inner.Do(ctx, &sub, answers)
+	for n, i := range again {
+		if err == nil && answers[n].Status == protocol.StatusOK {
+			out[i] = answers[n]
+			continue
 		}
+		// Not copied (a write of the stripe overlapped) and gone again here: OTHER's value
+		// is still a correct answer for this read, see above.
+		it := &items[at[i]]
+		out[i] = protocol.Response{Key: req.Keys[i], Value: it.value, Flags: it.flags}
 	}
 }
 
@@ -206,45 +223,27 @@ func copyExptime(ttl int64) (int64, bool) {
 	return ttl, true
 }
 
-// copyIn adds it as k to pl, unless a write of k's stripe began or ended since epoch (see
+// copyIn adds it as k here, unless a write of k's stripe began or ended since epoch (see
 // the interleavings above). stored reports an add that stored; a refused copy or an add
 // that found the key reports false and no error.
-func (p *Proxy) copyIn(ctx context.Context, pl *pool.Pool, k []byte, it *oldItem, exptime int64, epoch uint64) (stored bool, err error) {
-	p.writes.ifQuiet(k, epoch, func() {
+func (w *warmUp) copyIn(ctx context.Context, k []byte, it *oldItem, exptime int64, epoch uint64) (stored bool, err error) {
+	w.s.Writes.ifQuiet(k, epoch, func() {
 		add := protocol.Request{Op: protocol.OpAdd, Key: k, Value: it.value, Flags: it.flags, Exptime: exptime}
 		var resp [1]protocol.Response
-		m := pl.Member(pl.Locate(k))
-		if err = m.Server.Do(ctx, &add, resp[:]); err == nil {
+		if err = w.inner.Do(ctx, &add, resp[:]); err == nil {
 			stored = resp[0].Status == protocol.StatusOK
 		}
 	})
 	return stored, err
 }
 
-// readOld reads keys[i], for i in idx, from their pool's warm_from pool: one batch of mg
-// requests per server, the servers in parallel. A server that does not answer reads as a
-// miss: the miss here stands, which is a correct answer.
-func (p *Proxy) readOld(ctx context.Context, t *topology.Topology, keys [][]byte, idx []int) []oldItem {
+// readOld reads keys[i], for i in idx, from OTHER: one batch of mg requests per server,
+// the servers in parallel. A server that does not answer reads as a miss: the miss here
+// stands, which is a correct answer.
+func (w *warmUp) readOld(ctx context.Context, keys [][]byte, idx []int) []oldItem {
 	items := make([]oldItem, len(idx))
-	type batch struct {
-		m  *pool.Member
-		at []int // into idx
-	}
-	var batches []batch
-	for j, i := range idx {
-		o := t.WarmFrom[t.PoolFor(keys[i])]
-		m := o.Member(o.Locate(keys[i]))
-		b := 0
-		for b < len(batches) && batches[b].m != m {
-			b++
-		}
-		if b == len(batches) {
-			batches = append(batches, batch{m: m})
-		}
-		batches[b].at = append(batches[b].at, j)
-	}
 	var wg sync.WaitGroup
-	for _, b := range batches {
+	for _, b := range byMember(w.from, keys, idx) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -317,39 +316,47 @@ func parseOld(r *protocol.Response) oldItem {
 	return it
 }
 
-// warmMeta follows up an mg that missed on pl, which warms up from other: a hit there is
-// copied here, and the mg is sent here again, so that its answer is memcached's own.
-func (p *Proxy) warmMeta(ctx context.Context, t *topology.Topology, pl *pool.Pool, req *protocol.Request, one []protocol.Response, epoch uint64) {
-	keys := [][]byte{req.Key}
-	it := p.readOld(ctx, t, keys, []int{0})[0]
-	p.metrics.warmRead(pl.Name(), it.found)
+// warmMeta follows up an mg that missed here: a hit on OTHER is copied here, and the mg is
+// sent here again, so that its answer is memcached's own.
+func (w *warmUp) warmMeta(ctx context.Context, req *protocol.Request, one []protocol.Response, epoch uint64) {
+	it := w.readOld(ctx, [][]byte{req.Key}, []int{0})[0]
+	w.s.warmRead(w.pool, it.found)
 	if !it.found {
 		return
 	}
 	if exptime, ok := copyExptime(it.ttl); ok {
-		if _, err := p.copyIn(ctx, pl, req.Key, &it, exptime, epoch); err != nil {
+		if _, err := w.copyIn(ctx, req.Key, &it, exptime, epoch); err != nil {
 			return // the miss stands
 		}
 	}
-	p.do(ctx, pl, req.Key, req, one)
+	var again [1]protocol.Response
+	if w.inner.Do(ctx, req, again[:]) == nil {
+		one[0] = again[0]
+	}
 }
 
-// dropOld deletes key on the pool pl warms up from, after a write of key to pl, so that it
-// never serves a value older than the write. When it cannot, the key is never read from
-// there again; when too many keys are remembered already, resp becomes a SERVER_ERROR.
-func (p *Proxy) dropOld(ctx context.Context, t *topology.Topology, pl *pool.Pool, key []byte, resp *protocol.Response) {
-	o := t.WarmFrom[pl]
-	if o == nil {
-		return
-	}
+// dropOld deletes key on OTHER after a write of key here (answered one, or err: it may have
+// landed all the same), so that OTHER never serves a value older than the write. When it
+// cannot, the key is never read from there again; when too many keys are remembered
+// already, the write's answer becomes a SERVER_ERROR.
+func (w *warmUp) dropOld(ctx context.Context, key []byte, one []protocol.Response, err error) {
 	del := protocol.Request{Op: protocol.OpDelete, Key: key}
 	var r [1]protocol.Response
-	m := o.Member(o.Locate(key))
-	err := m.Server.Do(ctx, &del, r[:])
-	if err == nil && (r[0].Status == protocol.StatusOK || r[0].Status == protocol.StatusNotFound) {
+	m := w.from.Member(w.from.Locate(key))
+	derr := m.Server.Do(ctx, &del, r[:])
+	if derr == nil && (r[0].Status == protocol.StatusOK || r[0].Status == protocol.StatusNotFound) {
 		return
 	}
-	if !p.warmSkip.add(key) {
-		*resp = protocol.Response{Status: protocol.StatusTempFailure, Msg: "warm_from pool " + o.Name() + " did not take the delete"}
+	if !w.s.warmSkip.add(key) && err == nil {
+		one[0] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "warm_from pool " + w.from.Name() + " did not take the delete"}
 	}
+}
+
+// warmRead counts a key read from pool's warm_from pool.
+func (s *Shared) warmRead(pool string, hit bool) {
+	result := "miss"
+	if hit {
+		result = "hit"
+	}
+	s.warmReads.WithLabelValues(pool, result).Inc()
 }

@@ -1,0 +1,126 @@
+package proxy_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/proxy"
+	"github.com/moxi-proxy/moxi/internal/route"
+	"github.com/moxi-proxy/moxi/internal/topology"
+)
+
+// slowCopies is a server that takes writes only once gate is closed, and answers reads at
+// once: a backup pool whose copies are late.
+type slowCopies struct {
+	pool.Server
+	gate chan struct{}
+}
+
+func (s slowCopies) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+	if !req.Op.IsRetrieval() {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Server.Do(ctx, req, resps)
+}
+
+func (s slowCopies) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, s, reqs, resps, errs)
+}
+
+// backedUp is a proxy whose default pool "main" (one embedded shard) has the backup pool
+// "spare", whose one server takes writes once gate is closed; spare's store holds k=old.
+// store is main's server itself, under its composed one.
+func backedUp(t *testing.T, gate chan struct{}, budget int) (p *proxy.Proxy, reg *prometheus.Registry, store pool.Server) {
+	t.Helper()
+	main := newPool(t, "main", 1)
+	store = main.Member(0).Server
+	spareStore := newPool(t, "spare-store", 1).Member(0).Server
+	spare, err := pool.New("spare", pool.Options{}, []pool.Member{{Name: "s", Addr: "s:1", Weight: 1, Server: slowCopies{spareStore, gate}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("old")}
+	if err := spareStore.Do(context.Background(), old, make([]protocol.Response, 1)); err != nil {
+		t.Fatal(err)
+	}
+	reg = prometheus.NewRegistry()
+	features := route.NewShared(route.Options{Registry: reg, MaxBackgroundBytes: budget})
+	features.Compose(main, route.Features{Backup: spare})
+	p = proxy.New(&topology.Topology{Pools: []*pool.Pool{main, spare}, Default: main}, proxy.Options{Registry: reg, Features: features})
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	if r := get(p, "k"); string(r[0].Value) != "old" {
+		t.Fatalf("get k before any write: %+v; want the backup's value", r[0])
+	}
+	return p, reg, store
+}
+
+// evict deletes key on store, as memcached's LRU would.
+func evict(t *testing.T, store pool.Server, key string) {
+	t.Helper()
+	del := &protocol.Request{Op: protocol.OpDelete, Key: []byte(key)}
+	if err := store.Do(context.Background(), del, make([]protocol.Response, 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBackupNeverAnswersOlder: the copies to a backup pool are late, so a read that misses
+// on the pool must not answer the backup's value while a later write's copy is on its way
+// (it answers a miss); once the copy has landed, the backup answers the key again.
+func TestBackupNeverAnswersOlder(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the proxy's Close, a cleanup of backedUp's
+	gate := make(chan struct{})
+	p, reg, store := backedUp(t, gate, 0)
+	if r := handle(p, &protocol.Request{Op: protocol.OpDelete, Key: []byte("k")}); r[0].Status != protocol.StatusNotFound {
+		t.Fatalf("delete k: %+v", r[0])
+	}
+	if r := get(p, "k"); r[0].Status != protocol.StatusNotFound {
+		t.Fatalf("get k after its delete, the copy on its way: %+v; want a miss", r[0])
+	}
+	set(t, p, "k", "new")
+	evict(t, store, "k")
+	if r := get(p, "k"); r[0].Status != protocol.StatusNotFound {
+		t.Fatalf("get k after a set whose copy is on its way, evicted here: %+v; want a miss", r[0])
+	}
+	close(gate)
+	eventually(t, "both copies landed", func() bool { return value(t, reg, "moxi_backup_writes_total") == 2 })
+	if r := get(p, "k"); string(r[0].Value) != "new" {
+		t.Fatalf("get k once the copies landed: %+v; want the backup's new value", r[0])
+	}
+}
+
+// TestBackupLostCopy: a key whose copy to the backup was dropped is never read from there
+// again: the backup may hold its value from before the write.
+func TestBackupLostCopy(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the proxy's Close, a cleanup of backedUp's
+	gate := make(chan struct{})
+	p, reg, store := backedUp(t, gate, 1) // every copy weighs more than the budget: dropped
+	set(t, p, "k", "new")
+	if got := value(t, reg, "moxi_backup_writes_dropped_total"); got != 1 {
+		t.Fatalf("%v copies dropped, want 1", got)
+	}
+	evict(t, store, "k")
+	if r := get(p, "k"); r[0].Status != protocol.StatusNotFound {
+		t.Fatalf("get k after its copy was dropped, evicted here: %+v; want a miss, not the backup's old value", r[0])
+	}
+	close(gate)
+}
+
+// eventually polls cond until it holds, or fails the test after a generous deadline.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20s", what)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+// Package route composes servers: the features of a pool that act around its servers'
+// answers — a backup pool, a warm_from pool, a shadow pool — are pool.Servers that wrap each
+// member's server, composed when the topology is built (as mcrouter composes route
+// handles). The proxy routes, splits and gathers; what else happens to a request on its way
+// to a member's server, and after its answer, is decided here.
+package route
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/moxi-proxy/moxi/internal/bgqueue"
+	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+)
+
+// Options configure a Shared. The zero value of each field is usable.
+type Options struct {
+	// MaxBackgroundBytes bounds the backup copies and shadow requests queued at once, in
+	// bytes; past it they are dropped. 0 = the config's default.
+	MaxBackgroundBytes int
+	Registry           prometheus.Registerer // where the features' metrics go; nil = not exported
+	Logger             *slog.Logger          // nil = slog.Default()
+}
+
+// Shared is what the composed servers of every topology share, one per process: the
+// background queues and their byte budget, the counters, and the writes in flight, which
+// make warm-up copies safe across reloads (warmup.go).
+type Shared struct {
+	// Writes counts the writes in flight by key. The proxy begins and ends every write in
+	// it, before and after its server's answer; warm-up reads it.
+	Writes Writes
+
+	// Backup counts the backup reads and copies; "stats reset" zeroes it.
+	Backup      BackupCounters
+	backupGuard backupGuard // which keys the backup pools may answer (backup.go)
+
+	// background holds the bytes of the backup copies and shadow requests queued or being
+	// sent (max_background_bytes); one budget for both, so neither starves moxi's memory.
+	background *semaphore.Weighted
+	mirrors    *bgqueue.Queue[*pool.Pool] // writes to copy to backup pools (backup.go)
+	shadows    *bgqueue.Queue[shadowTo]   // requests for shadow pools (shadow.go)
+
+	warmSkip       warmSkip               // keys never to read from a warm_from pool (warmup.go)
+	warmReads      *prometheus.CounterVec // moxi_warmup_reads_total{pool,result}
+	shadowRequests *prometheus.CounterVec // moxi_shadow_requests_total{pool,result}
+}
+
+// NewShared returns the shared state of a process's composed servers.
+func NewShared(opts Options) *Shared {
+	if opts.MaxBackgroundBytes <= 0 {
+		opts.MaxBackgroundBytes = config.Default().Limits.MaxBackgroundBytes
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s := &Shared{background: semaphore.NewWeighted(int64(opts.MaxBackgroundBytes))}
+	s.mirrors, s.shadows = s.newMirrors(opts.MaxBackgroundBytes), s.newShadows(opts.MaxBackgroundBytes)
+	s.warmReads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moxi_warmup_reads_total",
+		Help: "Keys that missed on a pool with warm_from and were read from that pool, by pool (the one warming up) and result (hit, miss).",
+	}, []string{"pool", "result"})
+	s.shadowRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moxi_shadow_requests_total",
+		Help: "Requests copied to a pool's shadow pool, by pool (the one shadowed) and result: ok (answered), error (not answered), dropped (the shadow queue was full).",
+	}, []string{"pool", "result"})
+	b := &s.Backup
+	counter := func(name, help string, v func() uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
+	}
+	reg.MustRegister(s.warmReads, s.shadowRequests,
+		counter("moxi_backup_reads_total", "Keys that missed or failed on their pool and were asked of its backup pool.", b.Reads.Load),
+		counter("moxi_backup_hits_total", "Keys the backup pool answered with a value.", b.Hits.Load),
+		counter("moxi_backup_writes_total", "Writes copied to a backup pool.", b.Writes.Load),
+		counter("moxi_backup_write_errors_total", "Writes the backup pool did not answer.", b.WriteErrors.Load),
+		counter("moxi_backup_writes_dropped_total", "Writes not copied to a backup pool because too many copies, or max_background_bytes of them, were in flight.", b.WritesDropped.Load),
+	)
+	return s
+}
+
+// Close waits for the copies to backup pools and sends what is queued for shadow pools, or
+// gives up when ctx ends (what is left of them is then cancelled). Requests must have
+// stopped before.
+func (s *Shared) Close(ctx context.Context) error {
+	return errors.Join(s.mirrors.Close(ctx), s.shadows.Close(ctx))
+}
+
+// Features are what Compose wraps a pool's servers in; a nil pool is no such feature.
+type Features struct {
+	Backup   *pool.Pool // writes are copied there; a get that misses or fails is asked there
+	WarmFrom *pool.Pool // a read that misses is read there and copied here
+	Shadow   *pool.Pool // ShadowFraction of the keys' requests are copied there
+	// ShadowFraction is the share of keys shadowed, chosen by key hash.
+	ShadowFraction float64
+}
+
+// Compose wraps each member's server of pl in the servers of its features, before pl is in
+// service: shadow outermost, then backup, then warm-up next to the server. So a read that
+// misses here is read from the warm_from pool before the backup pool is asked, and a
+// request is shadowed once its answer is final. The pools named may be composed
+// themselves, before or after pl: a wrapper asks their members' servers when it needs them.
+func (s *Shared) Compose(pl *pool.Pool, f Features) {
+	if f.WarmFrom != nil {
+		s.warmReads.WithLabelValues(pl.Name(), "hit")
+		s.warmReads.WithLabelValues(pl.Name(), "miss")
+	}
+	shadowing := f.Shadow != nil && f.ShadowFraction > 0
+	if shadowing {
+		for _, r := range shadowResultNames {
+			s.shadowRequests.WithLabelValues(pl.Name(), r)
+		}
+	}
+	for i := range pl.Len() {
+		m := pl.Member(i)
+		if f.WarmFrom != nil {
+			m.Server = &warmUp{wrapped: wrapped{m.Server}, s: s, pool: pl.Name(), from: f.WarmFrom}
+		}
+		if f.Backup != nil {
+			m.Server = &backup{wrapped: wrapped{m.Server}, s: s, to: f.Backup}
+		}
+		if shadowing {
+			m.Server = &shadow{wrapped: wrapped{m.Server}, s: s, to: shadowTo{pool: f.Shadow, from: pl.Name()}, fraction: f.ShadowFraction}
+		}
+	}
+}
+
+// wrapped is what a composed server passes on to the server it wraps unchanged: its health,
+// counters and statistics (it has none of its own). Close does nothing: the topology's
+// builder, which made the wrapped server, closes it.
+type wrapped struct{ inner pool.Server }
+
+func (w wrapped) Up() bool               { return w.inner.Up() }
+func (w wrapped) Info() pool.Info        { return w.inner.Info() }
+func (w wrapped) Stats() []protocol.Stat { return w.inner.Stats() }
+func (w wrapped) Close() error           { return nil }

@@ -4,7 +4,6 @@ package pool
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/hashkit"
@@ -16,7 +15,10 @@ type Member struct {
 	Name   string // ring identity and metric label; see ketama.ServerName for the default
 	Addr   string // "host:port", or "embedded/N" for an in-process shard
 	Weight int
-	Server Server
+	Server Server // where requests go: the server, or the features composed around it (package route)
+	// Base is the server itself, under whatever is composed around it: its identity, which
+	// outlives reloads (StandIns remembers keys by it). New sets it to Server when nil.
+	Base Server
 }
 
 // Up reports whether the member's server is alive.
@@ -29,9 +31,9 @@ type Options struct {
 	// Failover sends a dead server's keys to another live server until it recovers:
 	// ketama the next point of a live server, jump a rehash, modula the next live slot.
 	Failover bool
-	// FailoverTTL caps the expiry of writes that land on a stand-in (see StandInExptime).
+	// FailoverTTL caps the expiry of writes that land on a stand-in (see standInExptime).
 	FailoverTTL time.Duration
-	// StandIns remembers the keys written to stand-ins (see LocateWrite); nil = nothing is
+	// StandIns remembers the keys written to stand-ins (see standIn); nil = nothing is
 	// remembered, and a server serves again as soon as it is up.
 	StandIns *StandIns
 	Retries  int // further attempts after a timeout or connection error
@@ -68,6 +70,11 @@ func New(name string, opts Options, members []Member) (*Pool, error) {
 		return nil, fmt.Errorf("pool %s: unknown hash %q", name, opts.Hash)
 	}
 	nodes := make([]ketama.Node, len(members))
+	for i := range members {
+		if members[i].Base == nil {
+			members[i].Base = members[i].Server
+		}
+	}
 	for i, m := range members {
 		if m.Weight <= 0 {
 			return nil, fmt.Errorf("pool %s: server %s: weight %d", name, m.Name, m.Weight)
@@ -81,6 +88,7 @@ func New(name string, opts Options, members []Member) (*Pool, error) {
 		return nil, fmt.Errorf("pool %s: %w", name, err)
 	}
 	p.picker = pk
+	p.composeStandIns()
 	return p, nil
 }
 
@@ -134,34 +142,17 @@ func (p *Pool) serving(i int) bool {
 	if !m.Up() {
 		return false
 	}
-	if p.opts.StandIns.owes(m.Server) {
-		p.opts.StandIns.clean(m.Server, p.name, m.Name)
+	if p.opts.StandIns.owes(m.Base) {
+		p.opts.StandIns.clean(m.Base, p.name, m.Name)
 		return false
 	}
 	return true
 }
 
-// LocateWrite is Locate for a write. When the write goes to a stand-in, the key is
-// remembered for its owner (see StandIns) and the write must end with written.Done() once
-// answered or failed; written is nil otherwise. The write's expiry is then capped
-// (StandInExptime).
-func (p *Pool) LocateWrite(key []byte) (i int, written *sync.WaitGroup) {
-	for {
-		i, owner := p.locate(key)
-		if i == owner || p.opts.StandIns == nil {
-			return i, nil
-		}
-		if w := p.opts.StandIns.remember(p.members[owner].Server, key, p.members[i].Server); w != nil {
-			return i, w
-		}
-		// The owner came back since: place the write again.
-	}
-}
-
-// StandInExptime is the expiry a write with exptime gets on a stand-in: at most
+// standInExptime is the expiry a write with exptime gets on a stand-in: at most
 // failover_ttl from now, with memcached's rules (0 never expires, up to 30 days is
 // relative, more is a unix time, negative has expired).
-func (p *Pool) StandInExptime(exptime int64) int64 {
+func (p *Pool) standInExptime(exptime int64) int64 {
 	limit := int64((p.opts.FailoverTTL + time.Second - 1) / time.Second)
 	if limit <= 0 || exptime < 0 {
 		return exptime

@@ -64,12 +64,13 @@ func TestStandInsBoundAndCleanup(t *testing.T) {
 	}
 	a.down.Store(true)
 	for _, k := range keys {
-		i, written := pl.LocateWrite([]byte(k))
-		if i != 1 || written == nil {
-			t.Fatalf("write of %s placed on %d (lease %v); want the stand-in b, remembered", k, i, written != nil)
+		if i := pl.Locate([]byte(k)); i != 1 {
+			t.Fatalf("%s placed on %d; want the stand-in b", k, i)
 		}
-		set(t, b, k)
-		written.Done()
+		set(t, pl.Member(1).Server, k) // a stand-in write: remembered, when there is room
+		if !has(b, k) {
+			t.Fatalf("the stand-in write of %s did not reach b", k)
+		}
 	}
 	if r, f := standIns.Remembered(), standIns.Forgotten(); r != 2 || f != 1 {
 		t.Fatalf("remembered %d, forgotten %d; want 2 and 1", r, f)
@@ -96,18 +97,53 @@ func TestStandInsBoundAndCleanup(t *testing.T) {
 	}
 }
 
-func TestStandInExptime(t *testing.T) {
-	pl, err := pool.New("p", pool.Options{FailoverTTL: 5 * time.Minute}, []pool.Member{{Name: "a", Addr: "embedded/0", Weight: 1, Server: memstore.New(memstore.Options{})}})
+// startable is a server that records the batches started on it and answers them at once.
+type startable struct {
+	*downable
+	started int
+}
+
+func (s *startable) StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+	s.started++
+	s.DoBatch(ctx, reqs, resps, errs)
+	done()
+	return true
+}
+
+// TestStandInStarts: a member of a failover pool starts what its server starts, but a
+// batch holding a write it stands in for, which it must remember: it declines that one.
+func TestStandInStarts(t *testing.T) {
+	a := &startable{downable: &downable{Store: memstore.New(memstore.Options{})}}
+	b := &startable{downable: &downable{Store: memstore.New(memstore.Options{})}}
+	pl, err := pool.New("p", pool.Options{Failover: true, StandIns: pool.NewStandIns(10, nil)}, []pool.Member{
+		{Name: "a", Addr: "embedded/0", Weight: 1, Server: a},
+		{Name: "b", Addr: "embedded/1", Weight: 1, Server: b},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now().Unix()
-	for _, c := range []struct{ in, want int64 }{
-		{0, 300}, {10, 10}, {3600, 300}, {-1, -1}, {now + 60, 60}, {now + 7200, 300}, {now - 10, -1},
-	} {
-		got := pl.StandInExptime(c.in)
-		if got != c.want && !(c.in == now+60 && got >= 59 && got <= 60) {
-			t.Errorf("StandInExptime(%d) = %d, want %d", c.in, got, c.want)
+	var ofA, ofB []byte
+	for i := 0; ofA == nil || ofB == nil; i++ {
+		k := []byte(fmt.Sprintf("k%d", i))
+		if pl.Owner(k) == 0 {
+			ofA = k
+		} else {
+			ofB = k
 		}
+	}
+	a.down.Store(true)
+	sb, ok := pl.Member(1).Server.(pool.Starter)
+	if !ok {
+		t.Fatal("the member over a Starter is not one")
+	}
+	start := func(reqs ...protocol.Request) bool {
+		return sb.StartBatch(context.Background(), reqs, make([]protocol.Response, len(reqs)), make([]error, len(reqs)), func() {})
+	}
+	write := func(k []byte) protocol.Request { return protocol.Request{Op: protocol.OpSet, Key: k, Value: []byte("v")} }
+	if !start(write(ofB), protocol.Request{Op: protocol.OpGet, Keys: [][]byte{ofA}}) || b.started != 1 {
+		t.Error("a batch of its own key's write and a read was not started")
+	}
+	if start(write(ofB), write(ofA)) || b.started != 1 {
+		t.Error("a batch with a write it stands in for was started")
 	}
 }

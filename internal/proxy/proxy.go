@@ -184,26 +184,11 @@ func (p *Proxy) do(ctx context.Context, pl *pool.Pool, key []byte, req *protocol
 	p.recover(ctx, pl, key, req, resps, m, err)
 }
 
-// attempt sends a single-key request for key to the member of pl that serves it now. A
-// write that goes to a stand-in is remembered for its server, with its expiry capped
-// (pool.Pool.LocateWrite).
+// attempt sends a single-key request for key to the member of pl that serves it now (with
+// failover, perhaps as a stand-in: its server then remembers the write, see pool.New).
 func (p *Proxy) attempt(ctx context.Context, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) (*pool.Member, error) {
-	if !req.Op.ChangesKey() {
-		m := pl.Member(pl.Locate(key))
-		return m, m.Server.Do(ctx, req, resps)
-	}
-	i, written := pl.LocateWrite(key)
-	m := pl.Member(i)
-	if written == nil {
-		return m, m.Server.Do(ctx, req, resps)
-	}
-	defer written.Done()
-	if req.Op.IsMeta() { // its TTL is one of its flags: remembered, not capped
-		return m, m.Server.Do(ctx, req, resps)
-	}
-	capped := *req
-	capped.Exptime = pl.StandInExptime(req.Exptime)
-	return m, m.Server.Do(ctx, &capped, resps)
+	m := pl.Member(pl.Locate(key))
+	return m, m.Server.Do(ctx, req, resps)
 }
 
 // recover follows up a single-key request that m did not answer (err; nothing to do when

@@ -16,11 +16,10 @@ import (
 // answers (pool.Starter) finishes it and calls done, at most once. A lone get of many keys
 // is taken as well, as one request. It takes the common case only: every key served by one
 // member whose server is a pool.Starter (one composed with a backup, warm_from or shadow
-// pool is not), no feature that acts after the answer (a hot key, fire-and-forget, a write
-// for a stand-in, a touch),
-// and for a lone get, fetches of its keys by others to join only when it leads some
-// itself. It reports false, having done nothing, for anything else: the caller then runs
-// the request as before.
+// pool is not, and a stand-in declines a write it must remember), no feature of the proxy's
+// that acts after the answer (a hot key, fire-and-forget, a touch), and for a lone get,
+// fetches of its keys by others to join only when it leads some itself. It reports false,
+// having done nothing, for anything else: the caller then runs the request as before.
 func (p *Proxy) Start(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
 	begun := time.Now()
 	t := p.topo.Load().InService(begun)
@@ -73,12 +72,9 @@ func (p *Proxy) Start(ctx context.Context, reqs []protocol.Request, resps []prot
 func startable(t *topology.Topology, reqs []protocol.Request) (*pool.Pool, *pool.Member) {
 	var pl *pool.Pool
 	var m *pool.Member
-	take := func(key []byte, write bool) bool {
+	take := func(key []byte) bool {
 		kp := t.PoolFor(key)
 		km := kp.Member(kp.Locate(key))
-		if write && kp.Failover() && km != kp.Member(kp.Owner(key)) {
-			return false // a write for a stand-in is remembered (see attempt)
-		}
 		if m != nil && km != m {
 			return false
 		}
@@ -92,11 +88,11 @@ func startable(t *topology.Topology, reqs []protocol.Request) (*pool.Pool, *pool
 			return nil, nil
 		case req.Op.IsRetrieval():
 			for _, k := range req.Keys {
-				if t.Hot.Hot(k) || !take(k, false) {
+				if t.Hot.Hot(k) || !take(k) {
 					return nil, nil
 				}
 			}
-		case !take(req.Key, req.Op.ChangesKey()):
+		case !take(req.Key):
 			return nil, nil
 		}
 	}

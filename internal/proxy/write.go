@@ -52,10 +52,10 @@ func (p *Proxy) enqueue(ctx context.Context, req *protocol.Request) protocol.Res
 // key — resps[i] for reqs[i] (len(resps) == len(reqs)), each as Handle would, but sends
 // each server its share of the run as one batch (pool.Server.DoBatch): a client's
 // pipelined requests cost a round trip per server, not one each. The shares go out in
-// parallel; a request that got no answer is retried on its own. A run that needs more than
-// that — a write for a stand-in (remembered, see attempt), a key of the hot cache — is
-// answered by Handle, one request after the other, in order. (What a pool's features add
-// to each request is its servers' business: package route.)
+// parallel; a request that got no answer is retried on its own. A run with a key of the
+// hot cache is answered by Handle, one request after the other, in order. (What a pool's
+// features and failover add to each request is its servers' business: packages route and
+// pool.)
 func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
 	start := time.Now()
 	t := p.Topology().InService(start)
@@ -136,11 +136,7 @@ func (b *writeBatch) group(t *topology.Topology, reqs []protocol.Request) bool {
 			continue
 		}
 		pl := t.PoolFor(key)
-		m := pl.Member(pl.Locate(key))
-		if req.Op.ChangesKey() && pl.Failover() && m != pl.Member(pl.Owner(key)) {
-			return false
-		}
-		b.add(pl, m, i)
+		b.add(pl, pl.Member(pl.Locate(key)), i)
 	}
 	return true
 }

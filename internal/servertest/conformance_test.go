@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // kind is what the servers behind an implementation are like.
@@ -88,6 +90,17 @@ var impls = []impl{
 	{name: "with a shadow pool", kinds: allKinds, build: func(e *env) pool.Server {
 		return e.composed(func(other *pool.Pool) route.Features { return route.Features{Shadow: other, ShadowFraction: 1} })
 	}},
+	{name: "failover stand-in", kinds: allKinds, build: func(e *env) pool.Server {
+		// Member 1 of a failover pool whose member 0 is dead: it stands in for every key,
+		// remembering the writes (pool.New composes it). Its server is not a Starter here:
+		// a stand-in declines every batch with a write it must remember (see below).
+		return e.standIn(pool.NewStandIns(1000, discard), func(s pool.Server) pool.Server { return waitingOnly{s} })
+	}},
+	{name: "failover member", kinds: allKinds, starts: true, build: func(e *env) pool.Server {
+		// The same with nothing to remember (no StandIns): it passes every batch on, and
+		// starts those its server starts. (The batches it declines: pool's TestStandInStarts.)
+		return e.standIn(nil, func(s pool.Server) pool.Server { return s })
+	}},
 	{name: "topology placeholder", kinds: []kind{unreachable}, build: func(e *env) pool.Server {
 		// What a topology built for --check (Builder.Dial false) puts in place of a
 		// remote server.
@@ -105,6 +118,38 @@ var impls = []impl{
 }
 
 var discard = slog.New(slog.DiscardHandler)
+
+// standIn is member 1 of a failover pool, with standIns, whose member 0 is dead; its
+// server is as(a remote server of the kind).
+func (e *env) standIn(standIns *pool.StandIns, as func(pool.Server) pool.Server) pool.Server {
+	addr := e.addr()
+	pl, err := pool.New("p", pool.Options{Failover: true, FailoverTTL: time.Hour, StandIns: standIns}, []pool.Member{
+		{Name: "dead", Addr: "dead:1", Weight: 1, Server: dead{}},
+		{Name: addr, Addr: addr, Weight: 1, Server: as(e.inner(addr))},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pl.Member(1).Server
+}
+
+// waitingOnly is a server without its StartBatch.
+type waitingOnly struct{ pool.Server }
+
+// dead is a server marked dead, for a failover pool's other member.
+type dead struct{}
+
+func (dead) Do(ctx context.Context, _ *protocol.Request, _ []protocol.Response) error {
+	turn.Dispatched(ctx)
+	return errors.New("dead")
+}
+func (d dead) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, d, reqs, resps, errs)
+}
+func (dead) Up() bool               { return false }
+func (dead) Info() pool.Info        { return pool.Info{State: pool.StateDead} }
+func (dead) Stats() []protocol.Stat { return nil }
+func (dead) Close() error           { return nil }
 
 // step is one call a client makes: Do of one request, or DoBatch of several.
 type step struct {

@@ -43,7 +43,7 @@ func TestReloadReusesUnchangedServers(t *testing.T) {
 	p2.Commit(10 * time.Millisecond)
 	for i, pl := range p1.Topology.Pools {
 		for j := range pl.Len() {
-			if p2.Topology.Pools[i].Member(j).Server != pl.Member(j).Server {
+			if p2.Topology.Pools[i].Member(j).Base != pl.Member(j).Base {
 				t.Errorf("pool %s member %d: a reload that left it alone made a new server", pl.Name(), j)
 			}
 		}
@@ -54,10 +54,10 @@ func TestReloadReusesUnchangedServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	p3.Commit(10 * time.Millisecond)
-	if p3.Topology.Default.Member(0).Server == p1.Topology.Default.Member(0).Server {
+	if p3.Topology.Default.Member(0).Base == p1.Topology.Default.Member(0).Base {
 		t.Error("a new timeout reused the server built with the old one")
 	}
-	if p3.Topology.Pools[1].Member(0).Server != p1.Topology.Pools[1].Member(0).Server {
+	if p3.Topology.Pools[1].Member(0).Base != p1.Topology.Pools[1].Member(0).Base {
 		t.Error("an embedded shard was rebuilt (and lost its data) by an unrelated change")
 	}
 }
@@ -70,5 +70,37 @@ func TestFailedBuildChangesNothing(t *testing.T) {
 	cfg.DefaultPool = "missing" // what validation would refuse; Build must too
 	if _, err := b.Build(cfg); err == nil {
 		t.Fatal("a topology with a missing default pool was built")
+	}
+}
+
+// TestComposedServersKeepTheirBase: a pool with a backup, warm_from or shadow pool sends
+// its requests through servers composed around its own (package route), made anew by each
+// build; its members' Base is the server itself, the same across reloads, which is what
+// failover's stand-ins remember keys by.
+func TestComposedServersKeepTheirBase(t *testing.T) {
+	b := &Builder{Dial: true}
+	defer b.Close(context.Background())
+	src := "pools:\n  main:\n    backup: spare\n    warm_from: old\n    shadow: {pool: old, fraction: 0.5}\n    embedded: 2\n" +
+		"  spare:\n    embedded: 1\n  old:\n    embedded: 1\ndefault_pool: main\n"
+	var builds []*Pending
+	for range 2 {
+		pd, err := b.Build(parse(t, src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pd.Commit(10 * time.Millisecond)
+		builds = append(builds, pd)
+	}
+	for j := range 2 {
+		first, second := builds[0].Topology.Default.Member(j), builds[1].Topology.Default.Member(j)
+		if first.Server == first.Base {
+			t.Errorf("member %d: nothing composed around its server", j)
+		}
+		if first.Base != second.Base {
+			t.Errorf("member %d: a reload that left it alone changed its base server", j)
+		}
+	}
+	if spare := builds[0].Topology.Pools[1].Member(0); spare.Server != spare.Base {
+		t.Error("a pool without features has a server composed around its own")
 	}
 }

@@ -1,0 +1,117 @@
+package pool
+
+import (
+	"context"
+
+	"github.com/moxi-proxy/moxi/internal/protocol"
+)
+
+// standIn is a member's server in a pool with failover: while another member does not
+// serve, some of that member's keys come here (Locate), and a write of such a key is made
+// here as a stand-in write. It is remembered for its owner (StandIns), so that the owner
+// serves again only once the stand-in copies are gone, and its expiry is capped at the
+// pool's failover_ttl (standInExptime). The pool composes it around each member's server
+// when it is built; every other request passes through unchanged.
+type standIn struct {
+	inner Server
+	pool  *Pool
+	self  int // the member's index in pool
+}
+
+// startingStandIn is a standIn over a Starter: it starts a batch that holds no stand-in
+// write.
+type startingStandIn struct {
+	standIn
+	starter Starter // inner
+}
+
+var (
+	_ Server  = (*standIn)(nil)
+	_ Starter = (*startingStandIn)(nil)
+)
+
+// composeStandIns wraps each member's server of p in a standIn, when keys can move: with
+// failover and more than one member.
+func (p *Pool) composeStandIns() {
+	if !p.opts.Failover || len(p.members) < 2 {
+		return
+	}
+	for i := range p.members {
+		m := &p.members[i]
+		s := standIn{inner: m.Server, pool: p, self: i}
+		if st, ok := m.Server.(Starter); ok {
+			m.Server = &startingStandIn{s, st}
+		} else {
+			m.Server = &s
+		}
+	}
+}
+
+// owner is the member that owns a write's key when that is not this one (a stand-in
+// write), else -1.
+func (s *standIn) owner(req *protocol.Request) int {
+	if !req.Op.ChangesKey() {
+		return -1
+	}
+	if o := s.pool.Owner(req.Key); o != s.self {
+		return o
+	}
+	return -1
+}
+
+func (s *standIn) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+	owner := s.owner(req)
+	if owner < 0 || s.pool.opts.StandIns == nil {
+		return s.inner.Do(ctx, req, resps)
+	}
+	written := s.pool.opts.StandIns.remember(s.pool.members[owner].Base, req.Key, s.pool.members[s.self].Base)
+	if written == nil {
+		// The owner serves again since the key was placed here: place it anew.
+		return s.pool.members[s.pool.Locate(req.Key)].Server.Do(ctx, req, resps)
+	}
+	defer written.Done()
+	if req.Op.IsMeta() { // its TTL is one of its flags: remembered, not capped
+		return s.inner.Do(ctx, req, resps)
+	}
+	capped := *req
+	capped.Exptime = s.pool.standInExptime(req.Exptime)
+	return s.inner.Do(ctx, &capped, resps)
+}
+
+// DoBatch sends the batch as one when it holds no stand-in write, else one request after
+// the other.
+func (s *standIn) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	if s.standsIn(reqs) {
+		DoEach(ctx, s, reqs, resps, errs)
+		return
+	}
+	s.inner.DoBatch(ctx, reqs, resps, errs)
+}
+
+// standsIn reports whether reqs hold a stand-in write to remember.
+func (s *standIn) standsIn(reqs []protocol.Request) bool {
+	if s.pool.opts.StandIns == nil {
+		return false
+	}
+	for i := range reqs {
+		if s.owner(&reqs[i]) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// StartBatch declines a batch with a stand-in write, which must be remembered.
+func (s *startingStandIn) StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+	if s.standsIn(reqs) {
+		return false
+	}
+	return s.starter.StartBatch(ctx, reqs, resps, errs, done)
+}
+
+func (s *standIn) Up() bool               { return s.inner.Up() }
+func (s *standIn) Info() Info             { return s.inner.Info() }
+func (s *standIn) Stats() []protocol.Stat { return s.inner.Stats() }
+
+// Close does nothing: whoever made the server (the topology's builder) closes it.
+func (s *standIn) Close() error { return nil }

@@ -197,16 +197,11 @@ func panicOnBoom(req *protocol.Request) {
 // boomHandler is a Handler that panics on a request for the key "boom".
 type boomHandler struct{ frontend.Handler }
 
-func (h boomHandler) Handle(ctx context.Context, req *protocol.Request, resps []protocol.Response) []protocol.Response {
-	panicOnBoom(req)
-	return h.Handler.Handle(ctx, req, resps)
-}
-
-func (h boomHandler) HandleRun(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
+func (h boomHandler) Handle(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
 	for i := range reqs {
 		panicOnBoom(&reqs[i])
 	}
-	h.Handler.HandleRun(ctx, reqs, resps)
+	return h.Handler.Handle(ctx, reqs, resps)
 }
 
 // TestPanicClosesOnlyItsConnection: a request that panics (in PanicHook, or in the Handler)

@@ -437,7 +437,7 @@ func (c *conn) runnable() bool {
 // addToRun adds the request just read to the run being read. A client that pipelines
 // single-key requests (pymemcache's set_many, libmemcached's quiet sets, a Java client's
 // threads sharing one connection) gets them sent to each server as one batch
-// (Handler.HandleRun), and answered together.
+// (Handler.Handle), and answered together.
 func (c *conn) addToRun() {
 	if c.building == nil {
 		c.building = c.s.getTask()
@@ -605,8 +605,7 @@ func (c *conn) begin(t *task) (started bool) {
 	}
 	reqs, answers := t.batch, len(t.batch)
 	if !t.single { // a get: one request, an answer per key
-		t.lone[0] = t.req
-		reqs, answers = t.lone[:], len(t.req.Keys)
+		reqs, answers = t.alone(&t.req), len(t.req.Keys)
 	}
 	t.resps = t.resps[:0]
 	for range answers {
@@ -695,17 +694,10 @@ func (c *conn) run(t *task) {
 		c.stream(t)
 		return
 	}
-	switch {
-	case t.single && len(t.batch) == 1:
-		t.resps = c.s.Handler.Handle(t, &t.batch[0], t.resps[:0]) // a lone request, made a run for Start
-	case t.single:
-		t.resps = t.resps[:0]
-		for range t.batch {
-			t.resps = append(t.resps, protocol.Response{})
-		}
-		c.s.Handler.HandleRun(t, t.batch, t.resps)
-	default:
-		t.resps = c.s.Handler.Handle(t, &t.req, t.resps[:0])
+	if t.single {
+		t.resps = c.s.Handler.Handle(t, t.batch, t.resps[:0]) // a run, or a lone request made one for Start
+	} else {
+		t.resps = c.s.Handler.Handle(t, t.alone(&t.req), t.resps[:0])
 	}
 	t.turn.Release()
 	c.s.observe(&t.req, t.resps)
@@ -763,7 +755,7 @@ func (c *conn) stream(t *task) {
 		end := min(first+part, len(keys))
 		sub := t.req
 		sub.Keys = keys[first:end]
-		t.resps = c.s.Handler.Handle(t, &sub, t.resps[:0])
+		t.resps = c.s.Handler.Handle(t, t.alone(&sub), t.resps[:0])
 		avg := c.s.observe(&sub, t.resps)
 		ended, err := c.writeParts(t, &sub, t.resps, first, end == len(keys))
 		clear(t.resps)

@@ -29,20 +29,17 @@ func newGate() *gateHandler {
 	return &gateHandler{entered: make(chan struct{}, 16), release: make(chan struct{})}
 }
 
-func (h *gateHandler) Handle(ctx context.Context, _ *protocol.Request, resps []protocol.Response) []protocol.Response {
-	h.entered <- struct{}{}
-	select {
-	case <-h.release:
-	case <-ctx.Done():
-		h.canceled.Store(true)
+func (h *gateHandler) Handle(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
+	for range reqs {
+		h.entered <- struct{}{}
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			h.canceled.Store(true)
+		}
+		resps = append(resps, protocol.Response{Value: []byte("gate")})
 	}
-	return append(resps, protocol.Response{Value: []byte("gate")})
-}
-
-func (h *gateHandler) HandleRun(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
-	for i := range reqs {
-		resps[i] = h.Handle(ctx, &reqs[i], resps[i:i])[0]
-	}
+	return resps
 }
 
 // waitEntered waits until a request is inside the handler.

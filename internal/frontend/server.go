@@ -19,23 +19,22 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
-// Handler answers one decoded request, appending its responses to resps (one per key for a
-// retrieval, else one) and returning the extended slice. req's bytes are valid only during
-// the call. quit and noop are answered by the connection itself and never reach a Handler.
-// ctx ends when Shutdown's deadline passes with the request still in flight.
+// Handler answers decoded requests: a lone request, or a run of pipelined single-key
+// requests (writes, and gets of one key; see conn.addToRun), which is a lone request's
+// generalisation.
 type Handler interface {
-	Handle(ctx context.Context, req *protocol.Request, resps []protocol.Response) []protocol.Response
-	// HandleRun answers a run of pipelined single-key requests (writes and gets of one
-	// key), resps[i] for reqs[i], as Handle would answer each in turn; len(resps) ==
-	// len(reqs).
-	HandleRun(ctx context.Context, reqs []protocol.Request, resps []protocol.Response)
+	// Handle answers reqs in order, appending their responses to resps and returning the
+	// extended slice: a lone request (len(reqs) == 1) all of its responses (one per key for a
+	// retrieval, else one), each request of a run one. The requests' bytes are valid only
+	// during the call. quit and noop are answered by the connection itself and never reach
+	// a Handler. ctx ends when Shutdown's deadline passes with the requests still in flight.
+	Handle(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) []protocol.Response
 }
 
 // Starter is a Handler that can also answer a run without a goroutine waiting for it:
 // Start returns true when it took the run, and then calls done exactly once — on any
 // goroutine, perhaps before Start returns; done does not block — when resps are final;
-// false when it did nothing, and the run is handled by HandleRun (a run of one request by
-// Handle). ctx is valid until done.
+// false when it did nothing, and the run is handled by Handle. ctx is valid until done.
 type Starter interface {
 	Start(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, done func()) bool
 }

@@ -37,7 +37,7 @@ type startHandler struct {
 	decline func(keys []string) bool // runs Start declines; nil: none
 	runs    chan *startedRun         // the runs Start took, in the order it took them
 	offered atomic.Int64             // requests offered to Start, taken or declined
-	handled atomic.Int64             // requests answered by Handle or HandleRun
+	handled atomic.Int64             // requests answered by Handle
 
 	mu  sync.Mutex
 	all []*startedRun // every run Start took, for finishLeft; guarded by mu
@@ -98,18 +98,13 @@ func (h *startHandler) finishLeft() {
 	}
 }
 
-func (h *startHandler) Handle(_ context.Context, req *protocol.Request, resps []protocol.Response) []protocol.Response {
-	h.handled.Add(1)
-	k, get := keyOf(req)
-	return append(resps, answerOf(k, get))
-}
-
-func (h *startHandler) HandleRun(_ context.Context, reqs []protocol.Request, resps []protocol.Response) {
+func (h *startHandler) Handle(_ context.Context, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
 	h.handled.Add(int64(len(reqs)))
 	for i := range reqs {
 		k, get := keyOf(&reqs[i])
-		resps[i] = answerOf(k, get)
+		resps = append(resps, answerOf(k, get))
 	}
+	return resps
 }
 
 // keyOf is the key of a get or set, and whether it is a get.
@@ -341,7 +336,7 @@ func TestStartedAnswersInOrder(t *testing.T) {
 			}
 			c.expectAll(answersOf(all), 10*time.Second)
 			if n := h.handled.Load(); n != 0 {
-				t.Errorf("%d requests were handled by Handle or HandleRun; Start took every run", n)
+				t.Errorf("%d requests were handled by Handle; Start took every run", n)
 			}
 		})
 	}
@@ -423,15 +418,15 @@ func TestStartedClientNotReading(t *testing.T) {
 				}
 				c.expectAll(want, 30*time.Second)
 				if n := h.handled.Load(); n != 0 {
-					t.Errorf("%d requests were handled by Handle or HandleRun; Start took every run", n)
+					t.Errorf("%d requests were handled by Handle; Start took every run", n)
 				}
 			})
 		}
 	}
 }
 
-// TestStartDeclined: a run Start declines is handled by HandleRun (a lone request by
-// Handle), in its place among runs Start took.
+// TestStartDeclined: a run Start declines (a lone request too) is handled by Handle, in
+// its place among runs Start took.
 func TestStartDeclined(t *testing.T) {
 	declined := func(keys []string) bool { return strings.HasPrefix(keys[0], "d") }
 	for _, l := range startListeners {
@@ -470,7 +465,7 @@ func TestStartDeclined(t *testing.T) {
 			}
 			c.expectAll(answersOf(all), 10*time.Second)
 			if n := h.handled.Load(); n != handled {
-				t.Errorf("%d requests handled by Handle or HandleRun, want the %d Start declined", n, handled)
+				t.Errorf("%d requests handled by Handle, want the %d Start declined", n, handled)
 			}
 		})
 	}

@@ -21,7 +21,7 @@ type task struct {
 	turn turn.Turn       // zero for a request run by the reader with nothing else in flight
 
 	req    protocol.Request
-	lone   [1]protocol.Request // req, as the one request of a get the handler starts (conn.begin)
+	lone   [1]protocol.Request // a copy of req, as a run of one for the handler (alone)
 	batch  []protocol.Request  // binary quiet gets answered together (req is their multi-key get), or a run
 	single bool                // batch is a run of single-key requests (see conn.addToRun); req is unused
 	spans  []span              // where each request's key and value are in data, while the run is read
@@ -156,4 +156,11 @@ func (t *task) reset() {
 	if cap(t.resps) > keepResponses || cap(t.keys) > keepResponses || cap(t.batch) > keepResponses || cap(t.spans) > keepResponses || cap(t.flags) > keepResponses {
 		t.resps, t.keys, t.batch, t.spans, t.flags = nil, nil, nil, nil, nil
 	}
+}
+
+// alone is req as a run of one, for the handler, without an allocation: a copy in the
+// task's own array, which release clears.
+func (t *task) alone(req *protocol.Request) []protocol.Request {
+	t.lone[0] = *req
+	return t.lone[:]
 }

@@ -224,7 +224,7 @@ func TestHandleGetHitAllocsDetail(t *testing.T) {
 	p := proxy.New(&topology.Topology{Pools: []*pool.Pool{pl}, Default: pl}, proxy.Options{})
 	handle(p, stats("detail on"))
 	set(t, p, "pre:key", "value")
-	req := &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("pre:key")}}
+	req := []protocol.Request{{Op: protocol.OpGet, Keys: [][]byte{[]byte("pre:key")}}}
 	resps := make([]protocol.Response, 0, 4)
 	allocs := testing.AllocsPerRun(1000, func() {
 		resps = p.Handle(context.Background(), req, resps[:0])

@@ -27,10 +27,8 @@ func (p *Proxy) meta(ctx context.Context, t *topology.Topology, req *protocol.Re
 	}
 	key, pl := req.Key, t.PoolFor(req.Key)
 	if req.Op.ChangesKey() {
-		p.writes.Begin(key)
-		defer p.writes.End(key)
-		p.settle(t, key)
-		defer p.settle(t, key)
+		p.beginWrite(t, key)
+		defer p.endWrite(t, key)
 	}
 	p.do(ctx, pl, key, req, one)
 }

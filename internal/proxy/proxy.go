@@ -117,10 +117,25 @@ func (p *Proxy) Swap(t *topology.Topology) {
 // Topology is the topology new requests use.
 func (p *Proxy) Topology() *topology.Topology { return p.topo.Load().InService(time.Now()) }
 
-// Handle answers req, appending its responses to resps (one per key for a retrieval, else
-// one) and returning the extended slice. quit and noop never reach it: they are the
+// Handle answers reqs in order, appending their responses to resps and returning the
+// extended slice: a lone request (len(reqs) == 1) all of its responses (one per key for a
+// retrieval, else one); a run of pipelined single-key requests (writes, and get/gets of one
+// key, see run) one response each. quit and noop never reach it: they are the
 // connection's business.
-func (p *Proxy) Handle(ctx context.Context, req *protocol.Request, resps []protocol.Response) []protocol.Response {
+func (p *Proxy) Handle(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
+	if len(reqs) == 1 {
+		return p.handleOne(ctx, &reqs[0], resps)
+	}
+	base := len(resps)
+	for range reqs {
+		resps = append(resps, protocol.Response{})
+	}
+	p.run(ctx, reqs, resps[base:])
+	return resps
+}
+
+// handleOne answers a lone request, appending its responses to resps.
+func (p *Proxy) handleOne(ctx context.Context, req *protocol.Request, resps []protocol.Response) []protocol.Response {
 	start := time.Now()
 	t := p.topo.Load().InService(start)
 	base := len(resps)

@@ -48,7 +48,7 @@ func twoPools(t testing.TB) (*topology.Topology, *pool.Pool, *pool.Pool) {
 }
 
 func handle(p *proxy.Proxy, req *protocol.Request) []protocol.Response {
-	return p.Handle(context.Background(), req, nil)
+	return p.Handle(context.Background(), []protocol.Request{*req}, nil)
 }
 
 func set(t testing.TB, p *proxy.Proxy, key, value string) {
@@ -304,8 +304,7 @@ func TestBackendError(t *testing.T) {
 				protocol.Request{Op: protocol.OpSet, Key: []byte(k), Value: []byte("run")},
 				protocol.Request{Op: protocol.OpAppend, Key: []byte(k), Value: []byte("!")})
 		}
-		resps := make([]protocol.Response, len(reqs))
-		p.HandleRun(context.Background(), reqs, resps)
+		resps := p.Handle(context.Background(), reqs, nil)
 		for i, r := range resps {
 			k := keys[i/2]
 			bad := onBad[i/2]

@@ -11,7 +11,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
-// Start answers a run as HandleRun does (a lone request as Handle does), without a
+// Start answers a run as Handle does, without a
 // goroutine waiting for it: the run goes to its server as one batch, and whoever reads the
 // answers (pool.Starter) finishes it and calls done, at most once. A lone get of many keys
 // is taken as well, as one request. It takes the common case only: every key served by one
@@ -52,8 +52,7 @@ func (p *Proxy) Start(ctx context.Context, reqs []protocol.Request, resps []prot
 	}
 	for i := range reqs {
 		if req := &reqs[i]; req.Op.ChangesKey() {
-			p.writes.Begin(req.Key)
-			p.settle(t, req.Key)
+			p.beginWrite(t, req.Key)
 		}
 	}
 	if !starter.StartBatch(ctx, reqs, resps, r.errs, r.finishFunc) {
@@ -185,7 +184,7 @@ func (r *startedRun) fetchAndFollow() {
 }
 
 // finish ends the run once its server answered it or failed. A request that got no answer
-// is tried again as HandleRun does, which waits: that part runs on a goroutine of its own,
+// is tried again as Handle does, which waits: that part runs on a goroutine of its own,
 // since finish runs on the server connection's reader, which must not wait.
 func (r *startedRun) finish() {
 	for _, err := range r.errs {
@@ -217,7 +216,7 @@ func (r *startedRun) retryAndEnd() {
 	r.end()
 }
 
-// end settles what the run's answers change (see HandleRun), publishes the fetches it led,
+// end settles what the run's answers change (see run), publishes the fetches it led,
 // counts the answers and hands them on.
 func (r *startedRun) end() {
 	p, t := r.p, r.t
@@ -242,8 +241,7 @@ func (r *startedRun) end() {
 			case req.Op.IsRetrieval():
 				r.resps[i].Key = req.Keys[0]
 			case req.Op.ChangesKey():
-				p.settle(t, req.Key)
-				p.writes.End(req.Key)
+				p.endWrite(t, req.Key)
 			}
 			p.account(req, r.resps[i:i+1], took)
 		}

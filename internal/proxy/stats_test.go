@@ -132,7 +132,7 @@ func TestStatsGroups(t *testing.T) {
 		{"bogus", "ERROR\r\n"},
 	} {
 		req := &protocol.Request{Op: protocol.OpStats, Args: []byte(tc.args)}
-		r := p.Handle(context.Background(), req, nil)
+		r := handle(p, req)
 		if got := string(protocol.AppendTextResponse(nil, req, r)); got != tc.answer {
 			t.Errorf("stats %s: %q, want %q", tc.args, got, tc.answer)
 		}
@@ -165,11 +165,11 @@ func TestHandleGetHitAllocs(t *testing.T) {
 	}
 }
 
-func getHitSetup(t testing.TB) (*proxy.Proxy, *protocol.Request, []protocol.Response) {
+func getHitSetup(t testing.TB) (*proxy.Proxy, []protocol.Request, []protocol.Response) {
 	pl := newPool(t, "main", 1)
 	p := proxy.New(&topology.Topology{Pools: []*pool.Pool{pl}, Default: pl}, proxy.Options{})
 	set(t, p, "key", "value")
-	req := &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("key")}}
+	req := []protocol.Request{{Op: protocol.OpGet, Keys: [][]byte{[]byte("key")}}}
 	resps := p.Handle(context.Background(), req, make([]protocol.Response, 0, 4))
 	if resps[0].Status != protocol.StatusOK {
 		t.Fatalf("get: %+v", resps[0])

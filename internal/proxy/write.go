@@ -17,20 +17,30 @@ import (
 // once and sent in the background; every other write is answered when its server has.
 // Either way the key's hot cache entry and shared fetches end before the answer.
 func (p *Proxy) write(ctx context.Context, t *topology.Topology, req *protocol.Request, one []protocol.Response) {
-	key, resp := req.Key, &one[0]
-	// From here until the answer, reads of key neither join a fetch already in flight nor
-	// lead one that others join: such a fetch may reach the server before this write
-	// does, and a read sent after the write (a pipelined "set k; get k") must see it.
-	p.writes.Begin(key)
-	defer p.writes.End(key)
-	p.settle(t, key)
+	key := req.Key
+	p.beginWrite(t, key)
+	defer p.endWrite(t, key)
 	if inBackground(t, req) {
-		*resp = p.enqueue(ctx, req)
-		p.settle(t, key)
+		one[0] = p.enqueue(ctx, req)
 		return
 	}
 	p.do(ctx, t.PoolFor(key), key, req, one)
+}
+
+// beginWrite and endWrite are the rules of every write of key (write, meta, run, Start,
+// writeQueued), begun before it is sent and ended once it is answered. In between, reads
+// of key neither join a fetch already in flight nor lead one that others join: such a
+// fetch may reach the server before the write does, and a read sent after the write (a
+// pipelined "set k; get k") must see it. At both ends, what moxi holds of the key's old
+// value goes (settle).
+func (p *Proxy) beginWrite(t *topology.Topology, key []byte) {
+	p.writes.Begin(key)
 	p.settle(t, key)
+}
+
+func (p *Proxy) endWrite(t *topology.Topology, key []byte) {
+	p.settle(t, key)
+	p.writes.End(key)
 }
 
 // inBackground reports whether req is a fire-and-forget write: answered at once, written
@@ -48,15 +58,15 @@ func (p *Proxy) enqueue(ctx context.Context, req *protocol.Request) protocol.Res
 	return protocol.Response{}
 }
 
-// HandleRun answers a run of pipelined single-key requests — writes, and get/gets of one
-// key — resps[i] for reqs[i] (len(resps) == len(reqs)), each as Handle would, but sends
+// run answers a run of pipelined single-key requests — writes, and get/gets of one key —
+// resps[i] for reqs[i] (len(resps) == len(reqs)), each as handleOne would, but sends
 // each server its share of the run as one batch (pool.Server.DoBatch): a client's
 // pipelined requests cost a round trip per server, not one each. The shares go out in
 // parallel; a request that got no answer is retried on its own. A run with a key of the
-// hot cache is answered by Handle, one request after the other, in order. (What a pool's
+// hot cache is answered by handleOne, one request after the other, in order. (What a pool's
 // features and failover add to each request is its servers' business: packages route and
 // pool.)
-func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
+func (p *Proxy) run(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
 	start := time.Now()
 	t := p.Topology().InService(start)
 	b := getWriteBatch()
@@ -65,14 +75,13 @@ func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []
 		each, done := turn.Defer(ctx) // the turn is given on when the run is done
 		defer done()
 		for i := range reqs {
-			p.Handle(each, &reqs[i], resps[i:i])
+			p.handleOne(each, &reqs[i], resps[i:i])
 		}
 		return
 	}
 	for i := range reqs {
 		if req := &reqs[i]; req.Op.ChangesKey() {
-			p.writes.Begin(req.Key)
-			p.settle(t, req.Key)
+			p.beginWrite(t, req.Key)
 			if inBackground(t, req) {
 				resps[i] = p.enqueue(ctx, req)
 			}
@@ -85,8 +94,7 @@ func (p *Proxy) HandleRun(ctx context.Context, reqs []protocol.Request, resps []
 		if req.Op.IsRetrieval() {
 			resps[i].Key = req.Keys[0]
 		} else if req.Op.ChangesKey() {
-			p.settle(t, req.Key)
-			p.writes.End(req.Key)
+			p.endWrite(t, req.Key)
 		}
 		p.account(req, resps[i:i+1], took)
 	}
@@ -122,7 +130,7 @@ type writeBatch struct {
 
 // group puts each request of the run in its member's share, but a fire-and-forget write,
 // which goes to the queue. It reports false, with the shares incomplete, when the run must
-// go one request at a time (see HandleRun).
+// go one request at a time (see run).
 func (b *writeBatch) group(t *topology.Topology, reqs []protocol.Request) bool {
 	for i := range reqs {
 		req := &reqs[i]
@@ -227,10 +235,9 @@ func (p *Proxy) writeQueued(ctx context.Context, req *protocol.Request) error {
 	t := p.Topology()
 	pl := t.PoolFor(req.Key)
 	var resp [1]protocol.Response
-	p.writes.Begin(req.Key)
-	defer p.writes.End(req.Key)
+	p.beginWrite(t, req.Key)
 	p.do(ctx, pl, req.Key, req, resp[:])
-	p.settle(t, req.Key)
+	p.endWrite(t, req.Key)
 	if resp[0].Status != protocol.StatusOK {
 		return &statusError{resp[0]}
 	}

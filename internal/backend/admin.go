@@ -15,8 +15,8 @@ import (
 // (cache_memlimit) in the text protocol, on a connection of its own, and reads memcached's
 // one-line answer into resp: OK, or its other line in resp.Value (through
 // protocol.OneLine). Such commands are rare; a connection kept for them would be idle.
-func (s *Server) doText(ctx context.Context, req *protocol.Request, resp *protocol.Response) error {
-	defer turn.Dispatched(ctx)
+func (s *Server) doText(ctx context.Context, order *turn.Turn, req *protocol.Request, resp *protocol.Response) error {
+	defer order.Dispatched()
 	nc, err := s.dial(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: connect: %w", s.opts.Addr, err)

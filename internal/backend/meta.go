@@ -19,11 +19,11 @@ import (
 // Order among a client's pipelined requests (package turn): a client's requests to a
 // server go on its affinity's binary connection or its affinity's meta connection, and
 // memcached orders requests only within one connection. So a request that takes the other
-// path than the client's previous one to the same server (turn.Switch) first waits for a
+// path than the client's previous one to the same server (turn.Turn.Switch) first waits for a
 // round trip on the path the previous one took — a noop on the binary connection, an mn on
 // the meta one — after which everything sent before has been executed.
 
-// The server's paths, for turn.Switch.
+// The server's paths, for turn.Turn.Switch.
 const (
 	pathBinary turn.Path = iota
 	pathMeta
@@ -38,37 +38,37 @@ type metaConns struct {
 }
 
 // doMeta sends a meta request and waits for its answer.
-func (s *Server) doMeta(ctx context.Context, req *protocol.Request, resp *protocol.Response) error {
+func (s *Server) doMeta(ctx context.Context, order *turn.Turn, req *protocol.Request, resp *protocol.Response) error {
 	var reqs [1]protocol.Request
 	var resps [1]protocol.Response
 	var errs [1]error
 	reqs[0] = *req
-	s.doMetaBatch(ctx, reqs[:], resps[:], errs[:])
+	s.doMetaBatch(ctx, order, reqs[:], resps[:], errs[:])
 	*resp = resps[0]
 	return errs[0]
 }
 
 // doMetaBatch sends a run of meta requests on the client connection's meta connection, as
 // one call, and waits for their answers (see pool.Server's DoBatch).
-func (s *Server) doMetaBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+func (s *Server) doMetaBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
 	var err error
-	if turn.Switch(ctx, s, pathMeta) {
+	if order.Switch(s, pathMeta) {
 		// The client's previous request to s went on the binary connection (see the
 		// comment at the top): a noop there first, which gives nothing on.
-		each, _ := turn.Defer(ctx)
+		each, _ := order.Defer()
 		cl := s.getCall()
 		cl.prepareSingle(&protocol.Request{Op: protocol.OpNoop})
-		err = s.send(each, cl, 1)
+		err = s.send(ctx, each, cl, 1)
 		s.putCall(cl)
 		if err != nil {
-			turn.Dispatched(ctx)
+			order.Dispatched()
 		}
 	}
 	if err == nil {
 		cl := s.getCall()
 		defer s.putCall(cl)
 		cl.prepareMeta(reqs)
-		err = s.send(ctx, cl, len(reqs))
+		err = s.send(ctx, order, cl, len(reqs))
 		if err == nil {
 			copy(resps, cl.resps)
 		}
@@ -80,9 +80,9 @@ func (s *Server) doMetaBatch(ctx context.Context, reqs []protocol.Request, resps
 
 // metaBarrier waits until every meta request the client connection sent to s has been
 // executed: an mn on its meta connection, answered after them. Called for a request about
-// to go on the binary path after meta ones (see turn.Switch).
-func (s *Server) metaBarrier(ctx context.Context) error {
-	c := s.metaConn(ctx, false)
+// to go on the binary path after meta ones (see turn.Turn.Switch).
+func (s *Server) metaBarrier(ctx context.Context, order *turn.Turn) error {
+	c := s.metaConn(order, false)
 	if c == nil {
 		return nil // never opened: no request went on it
 	}
@@ -103,9 +103,9 @@ func (s *Server) metaBarrier(ctx context.Context) error {
 
 // metaConn is the meta connection of ctx's affinity (round robin without one), dialed now
 // when it never was and open says so; else nil.
-func (s *Server) metaConn(ctx context.Context, open bool) *conn {
+func (s *Server) metaConn(order *turn.Turn, open bool) *conn {
 	n := uint32(s.opts.Connections)
-	a, ok := turn.Affinity(ctx)
+	a, ok := order.Affinity()
 	if !ok {
 		a = s.next.Add(1)
 	}

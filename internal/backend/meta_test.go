@@ -40,11 +40,11 @@ func TestMetaConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var r [1]protocol.Response
-			if err := s.Do(context.Background(), set, r[:]); err != nil || r[0].Meta.Code != protocol.MetaHD {
+			if err := s.Do(context.Background(), nil, set, r[:]); err != nil || r[0].Meta.Code != protocol.MetaHD {
 				errs <- fmt.Errorf("ms %s: %+v %v", key, r[0], err)
 				return
 			}
-			if err := s.Do(context.Background(), get, r[:]); err != nil || string(r[0].Value) != value || string(r[0].Meta.Flags) != " k"+key {
+			if err := s.Do(context.Background(), nil, get, r[:]); err != nil || string(r[0].Value) != value || string(r[0].Meta.Flags) != " k"+key {
 				errs <- fmt.Errorf("mg %s: %q %q %v", key, r[0].Value, r[0].Meta.Flags, err)
 			}
 		}()
@@ -62,7 +62,7 @@ func TestMetaSilentServer(t *testing.T) {
 	s := newServer(t, memcachedtest.Blackhole(t), Options{Connections: 1, Timeout: 200 * time.Millisecond, FailureLimit: 100})
 	for range 2 {
 		var r [1]protocol.Response
-		err := s.Do(context.Background(), metaRequest(t, "mg k v\r\n"), r[:])
+		err := s.Do(context.Background(), nil, metaRequest(t, "mg k v\r\n"), r[:])
 		if !errors.Is(err, ErrTimeout) {
 			t.Fatalf("mg to a silent server: %v, want a timeout", err)
 		}

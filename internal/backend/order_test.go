@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
@@ -39,7 +38,7 @@ func TestTurnsKeepClientOrder(t *testing.T) {
 				req = protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v" + strconv.Itoa(i/2))}
 			}
 			tn.Wait()
-			errs[i] = s.Do(turn.With(context.Background(), tn), &req, resps[i:i+1])
+			errs[i] = s.Do(context.Background(), tn, &req, resps[i:i+1])
 			tn.Release()
 		}()
 	}
@@ -71,36 +70,36 @@ func TestDoDispatchesOnce(t *testing.T) {
 	})
 	swallow := startFake(t, func(int, *protocol.Request) (*protocol.Response, time.Duration, bool) { return nil, 0, false })
 	refused := memcachedtest.FreeAddr(t)
-	get := func(ctx context.Context, s *Server) error {
+	get := func(ctx context.Context, order *turn.Turn, s *Server) error {
 		var resps [1]protocol.Response
-		return s.Do(ctx, &protocol.Request{Op: protocol.OpGet, Keys: keys("a")}, resps[:])
+		return s.Do(ctx, order, &protocol.Request{Op: protocol.OpGet, Keys: keys("a")}, resps[:])
 	}
 	cases := []struct {
 		name string
-		do   func(t *testing.T, ctx context.Context) error
+		do   func(t *testing.T, order *turn.Turn) error
 		want error // nil: answered
 	}{
-		{"answered", func(t *testing.T, ctx context.Context) error {
-			return get(ctx, newServer(t, answer.ln.Addr().String(), Options{Connections: 2}))
+		{"answered", func(t *testing.T, order *turn.Turn) error {
+			return get(context.Background(), order, newServer(t, answer.ln.Addr().String(), Options{Connections: 2}))
 		}, nil},
-		{"timeout", func(t *testing.T, ctx context.Context) error {
-			return get(ctx, newServer(t, swallow.ln.Addr().String(), Options{Timeout: 50 * time.Millisecond}))
+		{"timeout", func(t *testing.T, order *turn.Turn) error {
+			return get(context.Background(), order, newServer(t, swallow.ln.Addr().String(), Options{Timeout: 50 * time.Millisecond}))
 		}, ErrTimeout},
-		{"canceled", func(t *testing.T, ctx context.Context) error {
+		{"canceled", func(t *testing.T, order *turn.Turn) error {
 			s := newServer(t, answer.ln.Addr().String(), Options{})
-			if err := get(context.Background(), s); err != nil {
+			if err := get(context.Background(), nil, s); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(ctx)
+			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
-			return get(ctx, s)
+			return get(ctx, order, s)
 		}, context.Canceled},
-		{"dead", func(t *testing.T, ctx context.Context) error {
+		{"dead", func(t *testing.T, order *turn.Turn) error {
 			s := newServer(t, refused, Options{})
-			_ = get(context.Background(), s) // the refused dial marks it dead
-			return get(ctx, s)
+			_ = get(context.Background(), nil, s) // the refused dial marks it dead
+			return get(context.Background(), order, s)
 		}, ErrDead},
-		{"no room", func(t *testing.T, ctx context.Context) error {
+		{"no room", func(t *testing.T, order *turn.Turn) error {
 			received := make(chan struct{}, 1)
 			f := startFake(t, func(int, *protocol.Request) (*protocol.Response, time.Duration, bool) {
 				received <- struct{}{}
@@ -109,18 +108,22 @@ func TestDoDispatchesOnce(t *testing.T) {
 			s := newServer(t, f.ln.Addr().String(), Options{MaxInFlight: 1, Timeout: 10 * time.Second})
 			hold, release := context.WithCancel(context.Background())
 			held := make(chan error)
-			go func() { held <- get(hold, s) }() // takes the one slot
+			go func() { held <- get(hold, nil, s) }() // takes the one slot
 			defer func() { release(); <-held }()
 			<-received
-			ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancel()
-			return get(ctx, s)
+			return get(ctx, order, s)
 		}, context.DeadlineExceeded},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var err error
-			if n := dispatches(t, func(ctx context.Context) { err = tc.do(t, ctx) }); n != 1 {
+			chain := turn.NewChain(0)
+			var order turn.Turn
+			chain.Next(&order)
+			order.Wait()
+			err := tc.do(t, &order)
+			if n := order.Dispatches(); n != 1 {
 				t.Errorf("Do gave the turn on %d times, want once", n)
 			}
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
@@ -128,36 +131,4 @@ func TestDoDispatchesOnce(t *testing.T) {
 			}
 		})
 	}
-}
-
-// dispatches is how many times do dispatches the turn its ctx carries (3 at most).
-func dispatches(t *testing.T, do func(ctx context.Context)) int {
-	const parts = 3 // the turn is given on at the third dispatch
-	chain := turn.NewChain(0)
-	var mine turn.Turn
-	chain.Next(&mine)
-	mine.Wait()
-	ctx := turn.With(context.Background(), &mine)
-	turn.Split(ctx, parts)
-	do(ctx)
-	more := 0 // dispatches it took after do to give the turn on
-	synctest.Test(t, func(t *testing.T) {
-		// The next turn, made in the bubble so that its Wait blocks durably there: Wait
-		// returns once mine is given on, and synctest.Wait tells whether it has.
-		var next turn.Turn
-		chain.Next(&next)
-		free := make(chan struct{})
-		go func() { next.Wait(); close(free) }()
-		for {
-			synctest.Wait()
-			select {
-			case <-free:
-				return
-			default:
-			}
-			more++
-			turn.Dispatched(ctx)
-		}
-	})
-	return parts - more
 }

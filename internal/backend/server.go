@@ -128,12 +128,12 @@ func (s *Server) Close() error {
 
 // Do sends req and waits for its answer (see pool.Server). A retrieval of several keys is
 // one batch of quiet gets ended by a noop; a key repeated in it is asked for once.
-func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+func (s *Server) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	switch {
 	case req.Op.IsMeta():
-		return s.doMeta(ctx, req, &resps[0])
+		return s.doMeta(ctx, order, req, &resps[0])
 	case req.Op == protocol.OpCacheMemlimit:
-		return s.doText(ctx, req, &resps[0])
+		return s.doText(ctx, order, req, &resps[0])
 	}
 	cl := s.getCall()
 	defer s.putCall(cl)
@@ -142,7 +142,7 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 	} else {
 		cl.prepareSingle(req)
 	}
-	if err := s.exchange(ctx, cl, 1); err != nil {
+	if err := s.exchange(ctx, order, cl, 1); err != nil {
 		return err
 	}
 	cl.answer(req, resps)
@@ -152,19 +152,19 @@ func (s *Server) Do(ctx context.Context, req *protocol.Request, resps []protocol
 // DoBatch sends reqs as one run of packets and waits for their answers (see
 // pool.Server): a connection failure or a timeout fails them all. A run of meta requests
 // goes on a meta connection (meta.go); a run mixing both kinds goes one request at a time.
-func (s *Server) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+func (s *Server) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
 	switch metas := countMeta(reqs); {
 	case metas == len(reqs):
-		s.doMetaBatch(ctx, reqs, resps, errs)
+		s.doMetaBatch(ctx, order, reqs, resps, errs)
 		return
 	case metas > 0: // both kinds of connection: one request at a time, each minding its order
-		pool.DoEach(ctx, s, reqs, resps, errs)
+		pool.DoEach(ctx, order, s, reqs, resps, errs)
 		return
 	}
 	cl := s.getCall()
 	defer s.putCall(cl)
 	cl.prepareBatch(reqs)
-	err := s.exchange(ctx, cl, len(reqs))
+	err := s.exchange(ctx, order, cl, len(reqs))
 	for i := range reqs {
 		errs[i] = err
 		if err == nil {
@@ -176,9 +176,9 @@ func (s *Server) DoBatch(ctx context.Context, reqs []protocol.Request, resps []p
 // StartBatch sends reqs as DoBatch does (or one get of many keys as Do does), but returns
 // once they are queued: the connection's reader finishes them when their answers arrive
 // (pool.Starter). It declines (false) what would make it wait: no room among the requests
-// in flight, no connection up, a dead server, a switch of path (turn.Switch), a run mixing
+// in flight, no connection up, a dead server, a switch of path (turn.Turn.Switch), a run mixing
 // meta and other requests.
-func (s *Server) StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+func (s *Server) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
 	path := pathBinary
 	switch metas := countMeta(reqs); {
 	case metas == len(reqs):
@@ -186,7 +186,7 @@ func (s *Server) StartBatch(ctx context.Context, reqs []protocol.Request, resps 
 	case metas > 0:
 		return false
 	}
-	if ctx.Err() != nil || s.health.dead.Load() || turn.WouldSwitch(ctx, s, path) {
+	if ctx.Err() != nil || s.health.dead.Load() || order.WouldSwitch(s, path) {
 		return false
 	}
 	select {
@@ -199,13 +199,13 @@ func (s *Server) StartBatch(ctx context.Context, reqs []protocol.Request, resps 
 	var c *conn
 	switch {
 	case path == pathMeta:
-		c = s.metaConn(ctx, true)
+		c = s.metaConn(order, true)
 		cl.prepareMeta(reqs)
 	case len(reqs) == 1 && len(reqs[0].Keys) > 1:
-		c = s.pick(ctx)
+		c = s.pick(order)
 		cl.prepareRetrieval(&reqs[0]) // a get of many keys, answered as Do answers it
 	default:
-		c = s.pick(ctx)
+		c = s.pick(order)
 		cl.prepareBatch(reqs)
 	}
 	cl.then, cl.out, cl.outErrs, cl.count, cl.begun, cl.on = done, resps, errs, len(reqs), time.Now(), c
@@ -217,8 +217,8 @@ func (s *Server) StartBatch(ctx context.Context, reqs []protocol.Request, resps 
 		return false
 	}
 	s.requests.Add(uint64(len(reqs)))
-	turn.Switch(ctx, s, path) // records the path, which WouldSwitch found needs no wait
-	turn.Dispatched(ctx)
+	order.Switch(s, path) // records the path, which WouldSwitch found needs no wait
+	order.Dispatched()
 	cl.alarm.Reset(s.opts.Timeout)
 	c.flush()
 	cl.unref()
@@ -257,25 +257,25 @@ func (s *Server) finishStarted(cl *call) {
 //
 // It gives the requests' turn on (package turn) once their order among the connection's
 // requests is fixed, when cl is queued, or when it fails before that; a request with a turn
-// goes on its client connection's backend connection (turn.Affinity).
-func (s *Server) exchange(ctx context.Context, cl *call, n int) error {
-	if turn.Switch(ctx, s, pathBinary) {
+// goes on its client connection's backend connection (turn.Turn.Affinity).
+func (s *Server) exchange(ctx context.Context, order *turn.Turn, cl *call, n int) error {
+	if order.Switch(s, pathBinary) {
 		// The client's previous request to s went on a meta connection (see meta.go).
-		if err := s.metaBarrier(ctx); err != nil {
-			turn.Dispatched(ctx)
+		if err := s.metaBarrier(ctx, order); err != nil {
+			order.Dispatched()
 			s.requests.Add(uint64(n))
 			return s.outcome(err, n, time.Now())
 		}
 	}
-	return s.send(ctx, cl, n)
+	return s.send(ctx, order, cl, n)
 }
 
 // send is exchange once the order of cl among its client's requests is safe.
-func (s *Server) send(ctx context.Context, cl *call, n int) error {
+func (s *Server) send(ctx context.Context, order *turn.Turn, cl *call, n int) error {
 	dispatched := false
 	defer func() {
 		if !dispatched { // failed before it was queued (or panicked): the client may go on
-			turn.Dispatched(ctx)
+			order.Dispatched()
 		}
 	}()
 	if err := ctx.Err(); err != nil {
@@ -292,11 +292,11 @@ func (s *Server) send(ctx context.Context, cl *call, n int) error {
 	}
 	defer s.release()
 	start := time.Now()
-	c, err := s.queue(ctx, cl)
+	c, err := s.queue(ctx, order, cl)
 	if err == nil {
 		// Its place among c's requests is fixed: the client's next request may go.
 		dispatched = true
-		turn.Dispatched(ctx)
+		order.Dispatched()
 		c.flush()
 		err = s.wait(ctx, c, cl)
 	}
@@ -335,15 +335,15 @@ func (s *Server) outcome(err error, n int, start time.Time) error {
 }
 
 // queue puts cl on a connection, waiting for a dial in progress if it must.
-func (s *Server) queue(ctx context.Context, cl *call) (*conn, error) {
+func (s *Server) queue(ctx context.Context, order *turn.Turn, cl *call) (*conn, error) {
 	var c *conn
 	if cl.meta {
-		c = s.metaConn(ctx, true)
+		c = s.metaConn(order, true)
 		if c == nil {
 			return nil, ErrClosed
 		}
 	} else {
-		c = s.pick(ctx)
+		c = s.pick(order)
 	}
 	if c.enqueue(cl) {
 		return c, nil
@@ -483,9 +483,9 @@ func (s *Server) Stats() []protocol.Stat {
 // request goes on one whose next write is already pending, so that it joins that batch
 // (fewer, larger writes are what makes a proxy fast), else the next one that is up,
 // round-robin, which spreads load over the server's worker threads.
-func (s *Server) pick(ctx context.Context) *conn {
+func (s *Server) pick(order *turn.Turn) *conn {
 	n := uint32(len(s.conns))
-	if a, ok := turn.Affinity(ctx); ok {
+	if a, ok := order.Affinity(); ok {
 		// Being dialed (first dial, or a redial): the request waits for it (queue) rather
 		// than go on another connection, where a later request of the client could be
 		// executed before an earlier one on this.

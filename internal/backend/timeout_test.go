@@ -66,9 +66,9 @@ func TestLargeAnswerIsNotATimeout(t *testing.T) {
 				set := protocol.Request{Op: protocol.OpSet, Key: k, Value: v}
 				get := protocol.Request{Op: protocol.OpGet, Keys: [][]byte{k}}
 				start := time.Now()
-				err := s.Do(context.Background(), &set, resps)
+				err := s.Do(context.Background(), nil, &set, resps)
 				if err == nil {
-					err = s.Do(context.Background(), &get, resps)
+					err = s.Do(context.Background(), nil, &get, resps)
 				}
 				if err == nil && !bytes.Equal(resps[0].Value, v) {
 					err = fmt.Errorf("get %s: %q, want %q", k, resps[0].Value, v)
@@ -87,7 +87,7 @@ func TestLargeAnswerIsNotATimeout(t *testing.T) {
 
 	resps := make([]protocol.Response, n)
 	start := time.Now()
-	err := s.Do(context.Background(), &req, resps)
+	err := s.Do(context.Background(), nil, &req, resps)
 	d := time.Since(start)
 	close(stop)
 	wg.Wait()
@@ -126,7 +126,7 @@ func TestSlowSteadyReaderIsNotATimeout(t *testing.T) {
 	for i := range cap(errs) {
 		go func() {
 			var resps [1]protocol.Response
-			errs <- s.Do(context.Background(), &protocol.Request{Op: protocol.OpSet, Key: []byte("k" + strconv.Itoa(i)), Value: value}, resps[:])
+			errs <- s.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpSet, Key: []byte("k" + strconv.Itoa(i)), Value: value}, resps[:])
 		}()
 	}
 	failed := 0

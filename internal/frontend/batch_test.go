@@ -14,6 +14,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // countingServer is an embedded store that counts the requests it is asked.
@@ -23,26 +24,26 @@ type countingServer struct {
 	batches atomic.Int64
 }
 
-func (s *countingServer) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+func (s *countingServer) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
 	s.batches.Add(1)
-	s.Store.DoBatch(ctx, reqs, resps, errs)
+	s.Store.DoBatch(ctx, order, reqs, resps, errs)
 }
 
 // StartBatch counts as the DoBatch or Do it stands for (the store's own would call the
 // store's, not these).
-func (s *countingServer) StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+func (s *countingServer) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
 	if len(reqs) == 1 && len(reqs[0].Keys) > 1 {
-		errs[0] = s.Do(ctx, &reqs[0], resps)
+		errs[0] = s.Do(ctx, order, &reqs[0], resps)
 	} else {
-		s.DoBatch(ctx, reqs, resps, errs)
+		s.DoBatch(ctx, order, reqs, resps, errs)
 	}
 	done()
 	return true
 }
 
-func (s *countingServer) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+func (s *countingServer) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	s.calls.Add(1)
-	return s.Store.Do(ctx, req, resps)
+	return s.Store.Do(ctx, order, req, resps)
 }
 
 // startCounting serves a proxy over one countingServer.

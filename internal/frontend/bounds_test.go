@@ -22,6 +22,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/frontend"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // The tests of the connection's bounds: a panic costs its connection alone, a request must
@@ -197,11 +198,11 @@ func panicOnBoom(req *protocol.Request) {
 // boomHandler is a Handler that panics on a request for the key "boom".
 type boomHandler struct{ frontend.Handler }
 
-func (h boomHandler) Handle(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
+func (h boomHandler) Handle(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
 	for i := range reqs {
 		panicOnBoom(&reqs[i])
 	}
-	return h.Handler.Handle(ctx, reqs, resps)
+	return h.Handler.Handle(ctx, order, reqs, resps)
 }
 
 // TestPanicClosesOnlyItsConnection: a request that panics (in PanicHook, or in the Handler)

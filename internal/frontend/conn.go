@@ -612,7 +612,7 @@ func (c *conn) begin(t *task) (started bool) {
 		t.resps = append(t.resps, protocol.Response{})
 	}
 	t.conn = c
-	return c.starter.Start(t, reqs, t.resps, t.finishFunc)
+	return c.starter.Start(t, t.order(), reqs, t.resps, t.finishFunc)
 }
 
 // finishStarted answers t, a run the handler started, once its answers are final. It runs
@@ -695,9 +695,9 @@ func (c *conn) run(t *task) {
 		return
 	}
 	if t.single {
-		t.resps = c.s.Handler.Handle(t, t.batch, t.resps[:0]) // a run, or a lone request made one for Start
+		t.resps = c.s.Handler.Handle(t, t.order(), t.batch, t.resps[:0]) // a run, or a lone request made one for Start
 	} else {
-		t.resps = c.s.Handler.Handle(t, t.alone(&t.req), t.resps[:0])
+		t.resps = c.s.Handler.Handle(t, t.order(), t.alone(&t.req), t.resps[:0])
 	}
 	t.turn.Release()
 	c.s.observe(&t.req, t.resps)
@@ -755,7 +755,7 @@ func (c *conn) stream(t *task) {
 		end := min(first+part, len(keys))
 		sub := t.req
 		sub.Keys = keys[first:end]
-		t.resps = c.s.Handler.Handle(t, t.alone(&sub), t.resps[:0])
+		t.resps = c.s.Handler.Handle(t, t.order(), t.alone(&sub), t.resps[:0])
 		avg := c.s.observe(&sub, t.resps)
 		ended, err := c.writeParts(t, &sub, t.resps, first, end == len(keys))
 		clear(t.resps)

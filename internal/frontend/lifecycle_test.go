@@ -15,6 +15,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // gateHandler answers every request with version "gate", but only once the test releases
@@ -29,7 +30,7 @@ func newGate() *gateHandler {
 	return &gateHandler{entered: make(chan struct{}, 16), release: make(chan struct{})}
 }
 
-func (h *gateHandler) Handle(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
+func (h *gateHandler) Handle(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
 	for range reqs {
 		h.entered <- struct{}{}
 		select {

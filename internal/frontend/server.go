@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // Handler answers decoded requests: a lone request, or a run of pipelined single-key
@@ -28,7 +29,9 @@ type Handler interface {
 	// retrieval, else one), each request of a run one. The requests' bytes are valid only
 	// during the call. quit and noop are answered by the connection itself and never reach
 	// a Handler. ctx ends when Shutdown's deadline passes with the requests still in flight.
-	Handle(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) []protocol.Response
+	// order is their place in the connection's order (package turn), nil for none: the
+	// handler gives it on once the requests are on their way to their servers.
+	Handle(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response) []protocol.Response
 }
 
 // Starter is a Handler that can also answer a run without a goroutine waiting for it:
@@ -36,7 +39,7 @@ type Handler interface {
 // goroutine, perhaps before Start returns; done does not block — when resps are final;
 // false when it did nothing, and the run is handled by Handle. ctx is valid until done.
 type Starter interface {
-	Start(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, done func()) bool
+	Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, done func()) bool
 }
 
 // Server accepts client connections. Set the exported fields before Serve; they are not

@@ -69,7 +69,7 @@ func (r *startedRun) finish() {
 	r.done()
 }
 
-func (h *startHandler) Start(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
+func (h *startHandler) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
 	r := &startedRun{resps: resps, done: done}
 	for i := range reqs {
 		k, get := keyOf(&reqs[i])
@@ -79,7 +79,7 @@ func (h *startHandler) Start(ctx context.Context, reqs []protocol.Request, resps
 	if h.decline != nil && h.decline(r.keys) {
 		return false
 	}
-	turn.Dispatched(ctx) // on its way, as a pool.Starter's StartBatch: the next run may start
+	order.Dispatched() // on its way, as a pool.Starter's StartBatch: the next run may start
 	h.mu.Lock()
 	h.all = append(h.all, r)
 	h.mu.Unlock()
@@ -98,7 +98,7 @@ func (h *startHandler) finishLeft() {
 	}
 }
 
-func (h *startHandler) Handle(_ context.Context, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
+func (h *startHandler) Handle(_ context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
 	h.handled.Add(int64(len(reqs)))
 	for i := range reqs {
 		k, get := keyOf(&reqs[i])

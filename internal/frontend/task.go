@@ -13,8 +13,8 @@ import (
 // runs it (the reader itself, or a worker when the request is pipelined)
 // owns it until complete, and then the writer, until it is recycled.
 //
-// A task is the context its request is handled with: the server's context, plus the
-// request's turn (package turn), without an allocation per request.
+// A task is the context its request is handled with (the server's context, without an
+// allocation per request); the request's turn goes to the handler beside it (order).
 type task struct {
 	base context.Context // the server's handlers' context
 	conn *conn           // the connection, for a worker (see Server.dispatch)
@@ -80,11 +80,15 @@ func (t *task) Deadline() (time.Time, bool) { return t.base.Deadline() }
 func (t *task) Done() <-chan struct{}       { return t.base.Done() }
 func (t *task) Err() error                  { return t.base.Err() }
 
-func (t *task) Value(key any) any {
-	if _, ok := key.(turn.ContextKey); ok && !t.turn.Zero() {
-		return &t.turn
+func (t *task) Value(key any) any { return t.base.Value(key) }
+
+// order is the request's place in its connection's order, for the handler; nil for a
+// request with none (run by the reader with nothing else in flight).
+func (t *task) order() *turn.Turn {
+	if t.turn.Zero() {
+		return nil
 	}
-	return t.base.Value(key)
+	return &t.turn
 }
 
 // own copies the request's bytes into the task, which then no longer refers to the

@@ -119,7 +119,7 @@ func TestConcurrent(t *testing.T) {
 					{Op: protocol.OpDelete, Key: key},
 				}
 				for j := range reqs {
-					if err := s.Do(t.Context(), &reqs[j], resps); err != nil {
+					if err := s.Do(t.Context(), nil, &reqs[j], resps); err != nil {
 						t.Error(err)
 						return
 					}
@@ -140,7 +140,7 @@ func TestGetHitAllocs(t *testing.T) {
 	req := protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("key")}}
 	resps := make([]protocol.Response, 1)
 	allocs := testing.AllocsPerRun(100, func() {
-		s.Do(t.Context(), &req, resps)
+		s.Do(t.Context(), nil, &req, resps)
 	})
 	if resps[0].Status != protocol.StatusOK {
 		t.Fatalf("status %v", resps[0].Status)
@@ -155,7 +155,7 @@ func TestSetOverwriteAllocs(t *testing.T) {
 	req := protocol.Request{Op: protocol.OpSet, Key: []byte("key"), Value: []byte("value")}
 	resps := make([]protocol.Response, 1)
 	allocs := testing.AllocsPerRun(100, func() {
-		s.Do(t.Context(), &req, resps)
+		s.Do(t.Context(), nil, &req, resps)
 	})
 	// The value must be copied, and nothing else.
 	if allocs != 1 {

@@ -292,12 +292,12 @@ func TestMetaDifferential(t *testing.T) {
 	s := New(Options{})
 	ctx := context.Background()
 	got := metaRun(t, script, func(req *protocol.Request, resps []protocol.Response) {
-		if err := s.Do(ctx, req, resps); err != nil {
+		if err := s.Do(ctx, nil, req, resps); err != nil {
 			t.Fatal(err)
 		}
 	}, func(key []byte) {
 		del := protocol.Request{Op: protocol.OpDelete, Key: key}
-		_ = s.Do(ctx, &del, make([]protocol.Response, 1))
+		_ = s.Do(ctx, nil, &del, make([]protocol.Response, 1))
 	})
 	metaCompare(t, metaMask(got), metaMask(want))
 }

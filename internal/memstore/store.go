@@ -84,10 +84,10 @@ func New(opts Options) *Store {
 // a retrieval, resps[0] answers any other command. Every outcome is a Status; the error is
 // always nil because an in-process store always answers. Response.Key aliases the request's
 // key bytes.
-func (s *Store) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+func (s *Store) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	s.requests.Add(1)
 	s.mu.Lock()
-	defer turn.Dispatched(ctx) // executed in full: the connection's next request may start
+	defer order.Dispatched() // executed in full: the connection's next request may start
 	defer s.mu.Unlock()
 	now := s.now().Unix()
 	s.applyDueFlush(now)
@@ -139,18 +139,18 @@ func (s *Store) Do(ctx context.Context, req *protocol.Request, resps []protocol.
 }
 
 // DoBatch executes reqs one by one (see pool.DoEach).
-func (s *Store) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, s, reqs, resps, errs)
+func (s *Store) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, order, s, reqs, resps, errs)
 }
 
 // StartBatch executes reqs at once, as DoBatch does (one get of many keys as Do does), and
 // calls done before it returns: an in-process store has no answer to wait for, so the
 // request path takes the same started way (pool.Starter) over it as over a remote server.
-func (s *Store) StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+func (s *Store) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
 	if len(reqs) == 1 && len(reqs[0].Keys) > 1 {
-		errs[0] = s.Do(ctx, &reqs[0], resps)
+		errs[0] = s.Do(ctx, order, &reqs[0], resps)
 	} else {
-		s.DoBatch(ctx, reqs, resps, errs)
+		s.DoBatch(ctx, order, reqs, resps, errs)
 	}
 	done()
 	return true

@@ -41,7 +41,7 @@ func TestMigrationForwardsHealthAndCounters(t *testing.T) {
 
 	req := protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}
 	var resp [1]protocol.Response
-	if err := m.Do(context.Background(), &req, resp[:]); err != nil {
+	if err := m.Do(context.Background(), nil, &req, resp[:]); err != nil {
 		t.Fatal(err)
 	}
 	info := m.Info()
@@ -110,12 +110,12 @@ func TestScheduledServesOld(t *testing.T) {
 		t.Errorf("phase %q before migrate_at, want %q", p, Scheduled)
 	}
 	var r [1]protocol.Response
-	if err := m.Do(context.Background(), &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}, r[:]); err != nil {
+	if err := m.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}, r[:]); err != nil {
 		t.Fatal(err)
 	}
 	resps := make([]protocol.Response, 1)
 	errs := make([]error, 1)
-	m.DoBatch(context.Background(), []protocol.Request{{Op: protocol.OpSet, Key: []byte("b"), Value: []byte("v")}}, resps, errs)
+	m.DoBatch(context.Background(), nil, []protocol.Request{{Op: protocol.OpSet, Key: []byte("b"), Value: []byte("v")}}, resps, errs)
 	if o, n := oldServer.Info().Counters.Requests, newServer.Info().Counters.Requests; o != 2 || n != 0 {
 		t.Errorf("old server got %d requests, new %d; want 2 and 0", o, n)
 	}

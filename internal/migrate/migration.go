@@ -16,6 +16,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/keyhash"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 var _ pool.Server = (*Migration)(nil)
@@ -243,57 +244,57 @@ func (m *Migration) finish(phase string, err error) {
 }
 
 // Do answers a request for the slot. Once the copy is done the new server alone answers.
-func (m *Migration) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+func (m *Migration) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	if m.scheduled() {
-		return m.opts.Old.Do(ctx, req, resps)
+		return m.opts.Old.Do(ctx, order, req, resps)
 	}
 	if m.Phase() == Done {
-		return m.opts.New.Do(ctx, req, resps)
+		return m.opts.New.Do(ctx, order, req, resps)
 	}
 	switch {
 	case req.Op == protocol.OpGet || req.Op == protocol.OpGets:
-		return m.read(ctx, req, resps)
+		return m.read(ctx, order, req, resps)
 	case req.Op.IsWrite(), req.Op == protocol.OpMetaSet, req.Op == protocol.OpMetaDelete, req.Op == protocol.OpMetaArithmetic:
-		return m.write(ctx, req, resps)
+		return m.write(ctx, order, req, resps)
 	case req.Op == protocol.OpGat || req.Op == protocol.OpGats:
 		for _, k := range req.Keys { // a touch: the old copy's TTL would be wrong now
 			m.markTouched(k)
 		}
-		return m.opts.New.Do(ctx, req, resps)
+		return m.opts.New.Do(ctx, order, req, resps)
 	case req.Op == protocol.OpFlushAll:
-		err := m.opts.New.Do(ctx, req, resps)
+		err := m.opts.New.Do(ctx, order, req, resps)
 		if err == nil {
 			var old [1]protocol.Response
 			_ = m.old.with(ctx, m.opts.Timeout, func(c *textConn) error { return flushOld(c, req.Exptime, &old[0]) })
 		}
 		return err
 	default:
-		return m.opts.New.Do(ctx, req, resps)
+		return m.opts.New.Do(ctx, order, req, resps)
 	}
 }
 
 // DoBatch executes writes for the slot: once the copy is done as the new server's batch,
 // before that one by one, each under its key's rules (see write).
-func (m *Migration) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+func (m *Migration) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
 	if m.scheduled() {
-		m.opts.Old.DoBatch(ctx, reqs, resps, errs)
+		m.opts.Old.DoBatch(ctx, order, reqs, resps, errs)
 		return
 	}
 	if m.Phase() == Done {
-		m.opts.New.DoBatch(ctx, reqs, resps, errs)
+		m.opts.New.DoBatch(ctx, order, reqs, resps, errs)
 		return
 	}
-	pool.DoEach(ctx, m, reqs, resps, errs)
+	pool.DoEach(ctx, order, m, reqs, resps, errs)
 }
 
 // write sends a write to the new server and deletes the key on the old one, under the
 // key's stripe lock, so that no copy of the old value can land after it.
-func (m *Migration) write(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+func (m *Migration) write(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	mu := m.stripes.Of(req.Key)
 	mu.Lock()
 	defer mu.Unlock()
 	m.markTouched(req.Key)
-	if err := m.opts.New.Do(ctx, req, resps); err != nil {
+	if err := m.opts.New.Do(ctx, order, req, resps); err != nil {
 		return err
 	}
 	if err := m.old.delete(ctx, req.Key); err != nil {
@@ -307,8 +308,8 @@ func (m *Migration) write(ctx context.Context, req *protocol.Request, resps []pr
 
 // read answers from the new server, and keys it misses from the old one, copying each hit
 // over with add (it never overwrites a newer value) and its remaining TTL.
-func (m *Migration) read(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
-	if err := m.opts.New.Do(ctx, req, resps); err != nil {
+func (m *Migration) read(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	if err := m.opts.New.Do(ctx, order, req, resps); err != nil {
 		return err
 	}
 	var missed [][]byte
@@ -405,7 +406,7 @@ func (m *Migration) addAll(ctx context.Context, keys [][]byte, items []Item) err
 			defer wg.Done()
 			add := protocol.Request{Op: protocol.OpAdd, Key: keys[j], Value: it.Value, Flags: it.Flags, Exptime: exptime(it.TTL)}
 			var resp [1]protocol.Response
-			if err := m.opts.New.Do(ctx, &add, resp[:]); err != nil {
+			if err := m.opts.New.Do(ctx, nil, &add, resp[:]); err != nil { // on no client's order: the stripe lock orders it
 				firstErr.CompareAndSwap(nil, &err)
 				return
 			}

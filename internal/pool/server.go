@@ -19,13 +19,18 @@ type Server interface {
 	// failure) and resps are undefined; every answer the server gave, including a miss or
 	// NOT_STORED, is a Status with a nil error. Safe for concurrent use. req and its bytes
 	// are valid only during the call.
-	Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error
+	//
+	// order is the request's place in its client connection's order (nil: none). Do calls
+	// order.Dispatched exactly once — when the request is on its way to the server, or
+	// failed before — and sends it on the connection order.Affinity names, minding
+	// order.Switch; internal/servertest checks every implementation for it.
+	Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error
 	// DoBatch executes reqs, single-key commands (writes, and retrievals of one key), in
 	// order, in as few exchanges with the server as it can: resps[i] and errs[i] are what
 	// Do would give for reqs[i]. The batch is dispatched (package turn) once, as a whole.
 	// This is how a client's pipelined requests travel: one round trip for a run of them,
 	// not one each.
-	DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error)
+	DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error)
 	// Up reports whether the server is considered alive. Failover moves the keys of a
 	// server that is not. Cheap: it is asked on every request.
 	Up() bool
@@ -50,18 +55,18 @@ type Starter interface {
 	// up, the request must wait for an earlier one on another path); the caller uses
 	// DoBatch. reqs must stay valid until done. A started batch ends within the server's
 	// timeout, whatever becomes of ctx.
-	StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool
+	StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool
 }
 
 // DoEach is DoBatch one request at a time, for a server with nothing to gain from batches
 // (an in-process store) or whose rules are per request (a migration). The batch keeps its
 // turn until every request has been executed, so that none is overtaken by the client's
 // next request.
-func DoEach(ctx context.Context, s Server, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	each, done := turn.Defer(ctx)
+func DoEach(ctx context.Context, order *turn.Turn, s Server, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	each, done := order.Defer()
 	defer done()
 	for i := range reqs {
-		errs[i] = s.Do(each, &reqs[i], resps[i:i+1])
+		errs[i] = s.Do(ctx, each, &reqs[i], resps[i:i+1])
 	}
 }
 

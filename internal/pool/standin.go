@@ -211,7 +211,7 @@ func deleteKeys(s Server, keys []string) map[string]bool {
 		resps := make([]protocol.Response, n)
 		errs := make([]error, n)
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		s.DoBatch(ctx, reqs, resps, errs)
+		s.DoBatch(ctx, nil, reqs, resps, errs)
 		cancel()
 		for i, k := range keys[:n] {
 			answered[k] = errs[i] == nil && resps[i].Status != protocol.StatusTempFailure

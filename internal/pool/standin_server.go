@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // standIn is a member's server in a pool with failover: while another member does not
@@ -59,33 +60,33 @@ func (s *standIn) owner(req *protocol.Request) int {
 	return -1
 }
 
-func (s *standIn) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+func (s *standIn) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	owner := s.owner(req)
 	if owner < 0 || s.pool.opts.StandIns == nil {
-		return s.inner.Do(ctx, req, resps)
+		return s.inner.Do(ctx, order, req, resps)
 	}
 	written := s.pool.opts.StandIns.remember(s.pool.members[owner].Base, req.Key, s.pool.members[s.self].Base)
 	if written == nil {
 		// The owner serves again since the key was placed here: place it anew.
-		return s.pool.members[s.pool.Locate(req.Key)].Server.Do(ctx, req, resps)
+		return s.pool.members[s.pool.Locate(req.Key)].Server.Do(ctx, order, req, resps)
 	}
 	defer written.Done()
 	if req.Op.IsMeta() { // its TTL is one of its flags: remembered, not capped
-		return s.inner.Do(ctx, req, resps)
+		return s.inner.Do(ctx, order, req, resps)
 	}
 	capped := *req
 	capped.Exptime = s.pool.standInExptime(req.Exptime)
-	return s.inner.Do(ctx, &capped, resps)
+	return s.inner.Do(ctx, order, &capped, resps)
 }
 
 // DoBatch sends the batch as one when it holds no stand-in write, else one request after
 // the other.
-func (s *standIn) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+func (s *standIn) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
 	if s.standsIn(reqs) {
-		DoEach(ctx, s, reqs, resps, errs)
+		DoEach(ctx, order, s, reqs, resps, errs)
 		return
 	}
-	s.inner.DoBatch(ctx, reqs, resps, errs)
+	s.inner.DoBatch(ctx, order, reqs, resps, errs)
 }
 
 // standsIn reports whether reqs hold a stand-in write to remember.
@@ -102,11 +103,11 @@ func (s *standIn) standsIn(reqs []protocol.Request) bool {
 }
 
 // StartBatch declines a batch with a stand-in write, which must be remembered.
-func (s *startingStandIn) StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+func (s *startingStandIn) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
 	if s.standsIn(reqs) {
 		return false
 	}
-	return s.starter.StartBatch(ctx, reqs, resps, errs, done)
+	return s.starter.StartBatch(ctx, order, reqs, resps, errs, done)
 }
 
 func (s *standIn) Up() bool               { return s.inner.Up() }

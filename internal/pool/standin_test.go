@@ -10,6 +10,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/memstore"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // downable is an embedded store whose health the test sets.
@@ -20,20 +21,20 @@ type downable struct {
 
 func (s *downable) Up() bool { return !s.down.Load() }
 
-func (s *downable) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, s, reqs, resps, errs)
+func (s *downable) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, order, s, reqs, resps, errs)
 }
 
 func has(s pool.Server, key string) bool {
 	var r [1]protocol.Response
-	_ = s.Do(context.Background(), &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte(key)}}, r[:])
+	_ = s.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte(key)}}, r[:])
 	return r[0].Status == protocol.StatusOK
 }
 
 func set(t *testing.T, s pool.Server, key string) {
 	t.Helper()
 	var r [1]protocol.Response
-	if err := s.Do(context.Background(), &protocol.Request{Op: protocol.OpSet, Key: []byte(key), Value: []byte("v")}, r[:]); err != nil || r[0].Status != protocol.StatusOK {
+	if err := s.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpSet, Key: []byte(key), Value: []byte("v")}, r[:]); err != nil || r[0].Status != protocol.StatusOK {
 		t.Fatalf("set %s: %v %+v", key, err, r[0])
 	}
 }
@@ -103,9 +104,9 @@ type startable struct {
 	started int
 }
 
-func (s *startable) StartBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+func (s *startable) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
 	s.started++
-	s.DoBatch(ctx, reqs, resps, errs)
+	s.DoBatch(ctx, order, reqs, resps, errs)
 	done()
 	return true
 }
@@ -137,9 +138,11 @@ func TestStandInStarts(t *testing.T) {
 		t.Fatal("the member over a Starter is not one")
 	}
 	start := func(reqs ...protocol.Request) bool {
-		return sb.StartBatch(context.Background(), reqs, make([]protocol.Response, len(reqs)), make([]error, len(reqs)), func() {})
+		return sb.StartBatch(context.Background(), nil, reqs, make([]protocol.Response, len(reqs)), make([]error, len(reqs)), func() {})
 	}
-	write := func(k []byte) protocol.Request { return protocol.Request{Op: protocol.OpSet, Key: k, Value: []byte("v")} }
+	write := func(k []byte) protocol.Request {
+		return protocol.Request{Op: protocol.OpSet, Key: k, Value: []byte("v")}
+	}
 	if !start(write(ofB), protocol.Request{Op: protocol.OpGet, Keys: [][]byte{ofA}}) || b.started != 1 {
 		t.Error("a batch of its own key's write and a read was not started")
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // gated is a server that answers every request OK once gate is closed.
@@ -22,7 +23,7 @@ type gated struct {
 	gate chan struct{}
 }
 
-func (g gated) Do(ctx context.Context, _ *protocol.Request, resps []protocol.Response) error {
+func (g gated) Do(ctx context.Context, order *turn.Turn, _ *protocol.Request, resps []protocol.Response) error {
 	select {
 	case <-g.gate:
 		resps[0] = protocol.Response{}
@@ -32,8 +33,8 @@ func (g gated) Do(ctx context.Context, _ *protocol.Request, resps []protocol.Res
 	}
 }
 
-func (g gated) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, g, reqs, resps, errs)
+func (g gated) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, order, g, reqs, resps, errs)
 }
 
 // TestBackgroundBudget: backup copies and shadow requests share max_background_bytes; past

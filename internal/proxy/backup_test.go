@@ -13,6 +13,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // slowCopies is a server that takes writes only once gate is closed, and answers reads at
@@ -22,7 +23,7 @@ type slowCopies struct {
 	gate chan struct{}
 }
 
-func (s slowCopies) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+func (s slowCopies) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	if !req.Op.IsRetrieval() {
 		select {
 		case <-s.gate:
@@ -30,11 +31,11 @@ func (s slowCopies) Do(ctx context.Context, req *protocol.Request, resps []proto
 			return ctx.Err()
 		}
 	}
-	return s.Server.Do(ctx, req, resps)
+	return s.Server.Do(ctx, order, req, resps)
 }
 
-func (s slowCopies) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, s, reqs, resps, errs)
+func (s slowCopies) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, order, s, reqs, resps, errs)
 }
 
 // backedUp is a proxy whose default pool "main" (one embedded shard) has the backup pool
@@ -50,7 +51,7 @@ func backedUp(t *testing.T, gate chan struct{}, budget int) (p *proxy.Proxy, reg
 		t.Fatal(err)
 	}
 	old := &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("old")}
-	if err := spareStore.Do(context.Background(), old, make([]protocol.Response, 1)); err != nil {
+	if err := spareStore.Do(context.Background(), nil, old, make([]protocol.Response, 1)); err != nil {
 		t.Fatal(err)
 	}
 	reg = prometheus.NewRegistry()
@@ -68,7 +69,7 @@ func backedUp(t *testing.T, gate chan struct{}, budget int) (p *proxy.Proxy, reg
 func evict(t *testing.T, store pool.Server, key string) {
 	t.Helper()
 	del := &protocol.Request{Op: protocol.OpDelete, Key: []byte(key)}
-	if err := store.Do(context.Background(), del, make([]protocol.Response, 1)); err != nil {
+	if err := store.Do(context.Background(), nil, del, make([]protocol.Response, 1)); err != nil {
 		t.Fatal(err)
 	}
 }

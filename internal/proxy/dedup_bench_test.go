@@ -41,10 +41,10 @@ func BenchmarkGetDedup(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				key := []byte("dedup:" + strconv.FormatInt(next.Add(1), 10))
 				set := []protocol.Request{{Op: protocol.OpSet, Key: key, Value: make([]byte, 100)}}
-				resps := p.Handle(context.Background(), set, nil)
+				resps := p.Handle(context.Background(), nil, set, nil)
 				get := []protocol.Request{{Op: protocol.OpGet, Keys: [][]byte{key}}}
 				for pb.Next() {
-					resps = p.Handle(context.Background(), get, resps[:0])
+					resps = p.Handle(context.Background(), nil, get, resps[:0])
 					if resps[0].Status != protocol.StatusOK {
 						b.Errorf("get: %+v", resps[0])
 						return

@@ -227,7 +227,7 @@ func TestHandleGetHitAllocsDetail(t *testing.T) {
 	req := []protocol.Request{{Op: protocol.OpGet, Keys: [][]byte{[]byte("pre:key")}}}
 	resps := make([]protocol.Response, 0, 4)
 	allocs := testing.AllocsPerRun(1000, func() {
-		resps = p.Handle(context.Background(), req, resps[:0])
+		resps = p.Handle(context.Background(), nil, req, resps[:0])
 	})
 	if allocs > 0 {
 		t.Errorf("%.0f allocations per get hit with detail on, want 0", allocs)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // meta answers a meta command. mn is answered here (the answers before it are written in
@@ -20,7 +21,7 @@ import (
 //
 // Not done for meta commands: the hot cache and dedup (an mg asks the server each time,
 // its flags may change the item), fire-and-forget, and copies to a backup pool.
-func (p *Proxy) meta(ctx context.Context, t *topology.Topology, req *protocol.Request, one []protocol.Response) {
+func (p *Proxy) meta(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, one []protocol.Response) {
 	if req.Op == protocol.OpMetaNoop {
 		one[0] = protocol.Response{Meta: protocol.MetaAnswer{Code: protocol.MetaMN}}
 		return
@@ -30,5 +31,5 @@ func (p *Proxy) meta(ctx context.Context, t *topology.Topology, req *protocol.Re
 		p.beginWrite(t, key)
 		defer p.endWrite(t, key)
 	}
-	p.do(ctx, pl, key, req, one)
+	p.do(ctx, order, pl, key, req, one)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // value is the sample of family name whose labels include want (name=value pairs), or
@@ -49,7 +50,7 @@ func value(t *testing.T, reg *prometheus.Registry, name string, want ...string) 
 // address.
 type down struct{ failing }
 
-func (down) Do(context.Context, *protocol.Request, []protocol.Response) error {
+func (down) Do(context.Context, *turn.Turn, *protocol.Request, []protocol.Response) error {
 	return errors.New("127.0.0.1:1: server marked dead")
 }
 

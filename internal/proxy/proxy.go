@@ -122,30 +122,30 @@ func (p *Proxy) Topology() *topology.Topology { return p.topo.Load().InService(t
 // retrieval, else one); a run of pipelined single-key requests (writes, and get/gets of one
 // key, see run) one response each. quit and noop never reach it: they are the
 // connection's business.
-func (p *Proxy) Handle(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
+func (p *Proxy) Handle(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
 	if len(reqs) == 1 {
-		return p.handleOne(ctx, &reqs[0], resps)
+		return p.handleOne(ctx, order, &reqs[0], resps)
 	}
 	base := len(resps)
 	for range reqs {
 		resps = append(resps, protocol.Response{})
 	}
-	p.run(ctx, reqs, resps[base:])
+	p.run(ctx, order, reqs, resps[base:])
 	return resps
 }
 
 // handleOne answers a lone request, appending its responses to resps.
-func (p *Proxy) handleOne(ctx context.Context, req *protocol.Request, resps []protocol.Response) []protocol.Response {
+func (p *Proxy) handleOne(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) []protocol.Response {
 	start := time.Now()
 	t := p.topo.Load().InService(start)
 	base := len(resps)
 	switch {
 	case req.Op.IsRetrieval():
-		resps = p.retrieve(ctx, t, req, resps)
+		resps = p.retrieve(ctx, order, t, req, resps)
 	case req.Op == protocol.OpFlushAll && t.NoFlushAll:
 		resps = append(resps, flushRefused)
 	case req.Op == protocol.OpFlushAll:
-		resps = append(resps, p.everyServer(ctx, t, req))
+		resps = append(resps, p.everyServer(ctx, order, t, req))
 		if t.Hot != nil {
 			t.Hot.Purge()
 		}
@@ -153,7 +153,7 @@ func (p *Proxy) handleOne(ctx context.Context, req *protocol.Request, resps []pr
 	case req.Op == protocol.OpCacheMemlimit && t.NoFlushAll:
 		resps = append(resps, memlimitRefused)
 	case req.Op == protocol.OpCacheMemlimit:
-		resps = append(resps, p.everyServer(ctx, t, req))
+		resps = append(resps, p.everyServer(ctx, order, t, req))
 	case req.Op == protocol.OpVersion:
 		resps = append(resps, protocol.Response{Value: []byte(p.version)})
 	case req.Op == protocol.OpVerbosity:
@@ -162,10 +162,10 @@ func (p *Proxy) handleOne(ctx context.Context, req *protocol.Request, resps []pr
 		resps = append(resps, p.statsResponse(ctx, t, req))
 	case req.Op.IsMeta():
 		resps = append(resps, protocol.Response{})
-		p.meta(ctx, t, req, resps[base:])
+		p.meta(ctx, order, t, req, resps[base:])
 	default:
 		resps = append(resps, protocol.Response{})
-		p.write(ctx, t, req, resps[base:])
+		p.write(ctx, order, t, req, resps[base:])
 	}
 	p.account(req, resps[base:], time.Since(start).Seconds())
 	return resps
@@ -194,16 +194,16 @@ var memlimitRefused = protocol.Response{Status: protocol.StatusAuthError, Msg: "
 func (p *Proxy) CountRejected(e *protocol.RequestError) { p.metrics.rejected(e.Status) }
 
 // do runs a single-key request for key in pl on the member that serves it (see recover).
-func (p *Proxy) do(ctx context.Context, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) {
-	m, err := p.attempt(ctx, pl, key, req, resps)
-	p.recover(ctx, pl, key, req, resps, m, err)
+func (p *Proxy) do(ctx context.Context, order *turn.Turn, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) {
+	m, err := p.attempt(ctx, order, pl, key, req, resps)
+	p.recover(ctx, order, pl, key, req, resps, m, err)
 }
 
 // attempt sends a single-key request for key to the member of pl that serves it now (with
 // failover, perhaps as a stand-in: its server then remembers the write, see pool.New).
-func (p *Proxy) attempt(ctx context.Context, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) (*pool.Member, error) {
+func (p *Proxy) attempt(ctx context.Context, order *turn.Turn, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) (*pool.Member, error) {
 	m := pl.Member(pl.Locate(key))
-	return m, m.Server.Do(ctx, req, resps)
+	return m, m.Server.Do(ctx, order, req, resps)
 }
 
 // recover follows up a single-key request that m did not answer (err; nothing to do when
@@ -211,13 +211,13 @@ func (p *Proxy) attempt(ctx context.Context, pl *pool.Pool, key []byte, req *pro
 // to the pool's retries, on whoever serves the key by then: with failover, another server
 // once the first has been marked dead. Then it gives up with a SERVER_ERROR in every
 // answer.
-func (p *Proxy) recover(ctx context.Context, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response, m *pool.Member, err error) {
+func (p *Proxy) recover(ctx context.Context, order *turn.Turn, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response, m *pool.Member, err error) {
 	for attempt := 0; err != nil; attempt++ {
 		if attempt >= pl.Retries() || !retryable(req.Op) || ctx.Err() != nil {
 			failAll(m, err, req, resps)
 			return
 		}
-		m, err = p.attempt(ctx, pl, key, req, resps)
+		m, err = p.attempt(ctx, order, pl, key, req, resps)
 	}
 }
 
@@ -262,16 +262,16 @@ func retryable(op protocol.Op) bool {
 
 // everyServer sends req (flush_all, cache_memlimit) to every server of every pool, in
 // parallel; the answer is OK when every server said OK, else the first other answer.
-func (p *Proxy) everyServer(ctx context.Context, t *topology.Topology, req *protocol.Request) protocol.Response {
+func (p *Proxy) everyServer(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request) protocol.Response {
 	members := t.Members()
 	answers := make([]protocol.Response, len(members))
-	turn.Split(ctx, len(members))
+	order.Split(len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := m.Server.Do(ctx, req, answers[i:i+1]); err != nil {
+			if err := m.Server.Do(ctx, order, req, answers[i:i+1]); err != nil {
 				failAll(m, err, req, answers[i:i+1])
 			}
 		}()

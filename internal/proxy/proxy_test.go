@@ -12,6 +12,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // newPool is a ketama pool of n embedded shards named name/shardI.
@@ -48,7 +49,7 @@ func twoPools(t testing.TB) (*topology.Topology, *pool.Pool, *pool.Pool) {
 }
 
 func handle(p *proxy.Proxy, req *protocol.Request) []protocol.Response {
-	return p.Handle(context.Background(), []protocol.Request{*req}, nil)
+	return p.Handle(context.Background(), nil, []protocol.Request{*req}, nil)
 }
 
 func set(t testing.TB, p *proxy.Proxy, key, value string) {
@@ -71,7 +72,7 @@ func get(p *proxy.Proxy, keys ...string) []protocol.Response {
 func holds(t testing.TB, m *pool.Member, key string) bool {
 	t.Helper()
 	var r [1]protocol.Response
-	if err := m.Server.Do(context.Background(), &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte(key)}}, r[:]); err != nil {
+	if err := m.Server.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte(key)}}, r[:]); err != nil {
 		t.Fatal(err)
 	}
 	return r[0].Status == protocol.StatusOK
@@ -193,7 +194,7 @@ func TestFlushAll(t *testing.T) {
 			m := pl.Member(i)
 			key := fmt.Sprintf("direct-%s-%s", pl.Name(), m.Name)
 			var r [1]protocol.Response
-			if err := m.Server.Do(context.Background(), &protocol.Request{Op: protocol.OpSet, Key: []byte(key), Value: []byte("v")}, r[:]); err != nil {
+			if err := m.Server.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpSet, Key: []byte(key), Value: []byte("v")}, r[:]); err != nil {
 				t.Fatal(err)
 			}
 			all = append(all, placed{m, key})
@@ -233,12 +234,12 @@ func (failing) Info() pool.Info        { return pool.Info{State: pool.StateUp} }
 func (failing) Stats() []protocol.Stat { return nil }
 func (failing) Close() error           { return nil }
 
-func (failing) Do(context.Context, *protocol.Request, []protocol.Response) error {
+func (failing) Do(context.Context, *turn.Turn, *protocol.Request, []protocol.Response) error {
 	return errors.New("connection refused")
 }
 
-func (f failing) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, f, reqs, resps, errs)
+func (f failing) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, order, f, reqs, resps, errs)
 }
 
 func TestBackendError(t *testing.T) {
@@ -304,7 +305,7 @@ func TestBackendError(t *testing.T) {
 				protocol.Request{Op: protocol.OpSet, Key: []byte(k), Value: []byte("run")},
 				protocol.Request{Op: protocol.OpAppend, Key: []byte(k), Value: []byte("!")})
 		}
-		resps := p.Handle(context.Background(), reqs, nil)
+		resps := p.Handle(context.Background(), nil, reqs, nil)
 		for i, r := range resps {
 			k := keys[i/2]
 			bad := onBad[i/2]

@@ -15,7 +15,7 @@ import (
 // retrieve answers a get, gets, gat or gats, in the client's key order: from the hot cache
 // where it can, by joining a fetch of the same key already in flight where dedup allows,
 // and for the rest from the servers (see fetch).
-func (p *Proxy) retrieve(ctx context.Context, t *topology.Topology, req *protocol.Request, resps []protocol.Response) []protocol.Response {
+func (p *Proxy) retrieve(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, resps []protocol.Response) []protocol.Response {
 	base := len(resps)
 	for range req.Keys {
 		resps = append(resps, protocol.Response{})
@@ -24,22 +24,22 @@ func (p *Proxy) retrieve(ctx context.Context, t *topology.Topology, req *protoco
 	switch {
 	case req.Op == protocol.OpGat || req.Op == protocol.OpGats:
 		// A touch: neither served from the cache nor shared, and it ends what is cached.
-		p.fetch(ctx, t, req, out, nil)
+		p.fetch(ctx, order, t, req, out, nil)
 		for _, k := range req.Keys {
 			p.settle(t, k)
 		}
 	case t.Hot == nil && !t.Dedup:
-		p.fetch(ctx, t, req, out, nil)
+		p.fetch(ctx, order, t, req, out, nil)
 	case len(req.Keys) == 1:
-		p.retrieveOne(ctx, t, req, out)
+		p.retrieveOne(ctx, order, t, req, out)
 	default:
-		p.retrieveShared(ctx, t, req, out)
+		p.retrieveShared(ctx, order, t, req, out)
 	}
 	return resps
 }
 
 // retrieveOne is retrieveShared for the common single-key get, without its bookkeeping.
-func (p *Proxy) retrieveOne(ctx context.Context, t *topology.Topology, req *protocol.Request, out []protocol.Response) {
+func (p *Proxy) retrieveOne(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, out []protocol.Response) {
 	k := req.Keys[0]
 	hit, hot, epoch := p.hotLookup(t, k, &out[0])
 	if hit {
@@ -54,7 +54,7 @@ func (p *Proxy) retrieveOne(ctx context.Context, t *topology.Topology, req *prot
 			return
 		}
 	}
-	p.fetch(ctx, t, req, out, nil)
+	p.fetch(ctx, order, t, req, out, nil)
 	p.publish(t, k, &out[0], hot, epoch, f)
 }
 
@@ -62,7 +62,7 @@ func (p *Proxy) retrieveOne(ctx context.Context, t *topology.Topology, req *prot
 // every key nobody else is fetching, fetches those in one go, publishes them, and only then
 // waits for the keys others lead: since every request finishes what it leads before it
 // waits, two requests leading each other's keys cannot wait for each other.
-func (p *Proxy) retrieveShared(ctx context.Context, t *topology.Topology, req *protocol.Request, out []protocol.Response) {
+func (p *Proxy) retrieveShared(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, out []protocol.Response) {
 	type lead struct {
 		i      int
 		flight *dedup.Flight[protocol.Response] // nil without dedup
@@ -96,7 +96,7 @@ func (p *Proxy) retrieveShared(ctx context.Context, t *topology.Topology, req *p
 		for j, l := range leads {
 			idx[j] = l.i
 		}
-		p.fetch(ctx, t, req, out, idx)
+		p.fetch(ctx, order, t, req, out, idx)
 	}
 	for _, l := range leads {
 		p.publish(t, req.Keys[l.i], &out[l.i], l.hot, l.epoch, l.flight)
@@ -148,13 +148,13 @@ func (p *Proxy) follow(ctx context.Context, f *dedup.Flight[protocol.Response], 
 // into out[i]: a single key straight from its server, several split by server and sent as
 // one request per server in parallel. (A pool's warm_from and backup pools are its
 // servers' business: package route.)
-func (p *Proxy) fetch(ctx context.Context, t *topology.Topology, req *protocol.Request, out []protocol.Response, idx []int) {
+func (p *Proxy) fetch(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, out []protocol.Response, idx []int) {
 	if len(req.Keys) == 1 {
 		pl := t.PoolFor(req.Keys[0])
-		p.do(ctx, pl, req.Keys[0], req, out)
+		p.do(ctx, order, pl, req.Keys[0], req, out)
 		return
 	}
-	p.fanOut(ctx, t.PoolFor, req, out, idx)
+	p.fanOut(ctx, order, t.PoolFor, req, out, idx)
 }
 
 // share is the keys of one request that one member serves: indexes into the request.
@@ -167,7 +167,7 @@ type share struct {
 // fanOut fetches req.Keys[i] for every i in idx (all keys when idx is nil) into out[i],
 // placing each key with poolFor. A share whose server did not answer is tried again, up to
 // its pool's retries, after placing its keys anew (failover may have moved them).
-func (p *Proxy) fanOut(ctx context.Context, poolFor func([]byte) *pool.Pool, req *protocol.Request, out []protocol.Response, idx []int) {
+func (p *Proxy) fanOut(ctx context.Context, order *turn.Turn, poolFor func([]byte) *pool.Pool, req *protocol.Request, out []protocol.Response, idx []int) {
 	if idx == nil {
 		idx = make([]int, len(req.Keys))
 		for i := range idx {
@@ -176,11 +176,11 @@ func (p *Proxy) fanOut(ctx context.Context, poolFor func([]byte) *pool.Pool, req
 	}
 	for attempt := 0; len(idx) > 0; attempt++ {
 		shares := split(poolFor, req.Keys, idx)
-		turn.Split(ctx, len(shares)) // the connection's next request waits for every share to be sent
+		order.Split(len(shares)) // the connection's next request waits for every share to be sent
 		errs := make([]error, len(shares))
 		var wg sync.WaitGroup
 		for s := range shares {
-			run := func() { errs[s] = p.fetchShare(ctx, req, &shares[s], out) }
+			run := func() { errs[s] = p.fetchShare(ctx, order, req, &shares[s], out) }
 			if s == len(shares)-1 {
 				run() // the last share on this goroutine
 				continue
@@ -228,9 +228,9 @@ func split(poolFor func([]byte) *pool.Pool, keys [][]byte, idx []int) []share {
 }
 
 // fetchShare sends one member its share of req's keys and places the answers in out.
-func (p *Proxy) fetchShare(ctx context.Context, req *protocol.Request, sh *share, out []protocol.Response) error {
+func (p *Proxy) fetchShare(ctx context.Context, order *turn.Turn, req *protocol.Request, sh *share, out []protocol.Response) error {
 	if len(sh.idx) == len(req.Keys) && sh.idx[0] == 0 && sh.idx[len(sh.idx)-1] == len(req.Keys)-1 {
-		return sh.member.Server.Do(ctx, req, out) // one server has every key, in order
+		return sh.member.Server.Do(ctx, order, req, out) // one server has every key, in order
 	}
 	sub := *req
 	sub.Keys = make([][]byte, len(sh.idx))
@@ -238,7 +238,7 @@ func (p *Proxy) fetchShare(ctx context.Context, req *protocol.Request, sh *share
 		sub.Keys[j] = req.Keys[i]
 	}
 	answers := make([]protocol.Response, len(sh.idx))
-	if err := sh.member.Server.Do(ctx, &sub, answers); err != nil {
+	if err := sh.member.Server.Do(ctx, order, &sub, answers); err != nil {
 		return err
 	}
 	for j, i := range sh.idx {

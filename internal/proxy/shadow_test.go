@@ -14,6 +14,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // shadowing is a proxy whose default pool "main" shadows fraction of its keys to a pool of
@@ -79,7 +80,7 @@ func TestShadowFailuresNeverReachClients(t *testing.T) {
 // stuck is a server that answers nothing until its request's context ends.
 type stuck struct{ failing }
 
-func (stuck) Do(ctx context.Context, _ *protocol.Request, _ []protocol.Response) error {
+func (stuck) Do(ctx context.Context, order *turn.Turn, _ *protocol.Request, _ []protocol.Response) error {
 	<-ctx.Done()
 	return ctx.Err()
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // Start answers a run as Handle does, without a
@@ -20,7 +21,7 @@ import (
 // that acts after the answer (a hot key, fire-and-forget, a touch), and for a lone get,
 // fetches of its keys by others to join only when it leads some itself. It reports false,
 // having done nothing, for anything else: the caller then runs the request as before.
-func (p *Proxy) Start(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
+func (p *Proxy) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
 	begun := time.Now()
 	t := p.topo.Load().InService(begun)
 	pl, m := startable(t, reqs)
@@ -32,7 +33,7 @@ func (p *Proxy) Start(ctx context.Context, reqs []protocol.Request, resps []prot
 		return false
 	}
 	r := getStartedRun()
-	r.p, r.ctx, r.t, r.pool, r.member, r.reqs, r.resps, r.begun, r.done = p, ctx, t, pl, m, reqs, resps, begun, done
+	r.p, r.ctx, r.order, r.t, r.pool, r.member, r.reqs, r.resps, r.begun, r.done = p, ctx, order, t, pl, m, reqs, resps, begun, done
 	r.many = len(reqs) == 1 && len(reqs[0].Keys) > 1
 	if lone := &reqs[0]; len(reqs) == 1 && lone.Op.IsRetrieval() && t.Dedup {
 		r.lead()
@@ -55,12 +56,12 @@ func (p *Proxy) Start(ctx context.Context, reqs []protocol.Request, resps []prot
 			p.beginWrite(t, req.Key)
 		}
 	}
-	if !starter.StartBatch(ctx, reqs, resps, r.errs, r.finishFunc) {
+	if !starter.StartBatch(ctx, order, reqs, resps, r.errs, r.finishFunc) {
 		// Declined after the fetches and writes began: send it the way that waits.
 		if r.many {
-			r.errs[0] = m.Server.Do(ctx, &reqs[0], resps)
+			r.errs[0] = m.Server.Do(ctx, order, &reqs[0], resps)
 		} else {
-			m.Server.DoBatch(ctx, reqs, resps, r.errs)
+			m.Server.DoBatch(ctx, order, reqs, resps, r.errs)
 		}
 		r.finish()
 	}
@@ -102,6 +103,7 @@ func startable(t *topology.Topology, reqs []protocol.Request) (*pool.Pool, *pool
 type startedRun struct {
 	p          *Proxy
 	ctx        context.Context
+	order      *turn.Turn // the run's turn, until it is dispatched (and for a retry's deferred dispatches)
 	t          *topology.Topology
 	pool       *pool.Pool
 	member     *pool.Member
@@ -170,7 +172,7 @@ func (r *startedRun) fetchAndFollow() {
 		}
 		idx = append(idx, i)
 	}
-	p.fetch(r.ctx, r.t, req, r.resps, idx)
+	p.fetch(r.ctx, r.order, r.t, req, r.resps, idx)
 	for _, i := range idx {
 		if f := r.flights[i]; f != nil {
 			p.publish(r.t, req.Keys[i], &r.resps[i], false, 0, f)
@@ -199,7 +201,7 @@ func (r *startedRun) finish() {
 func (r *startedRun) retryAndEnd() {
 	p := r.p
 	if r.many {
-		p.fanOut(r.ctx, r.t.PoolFor, &r.reqs[0], r.resps, nil)
+		p.fanOut(r.ctx, r.order, r.t.PoolFor, &r.reqs[0], r.resps, nil)
 		r.end()
 		return
 	}
@@ -210,7 +212,7 @@ func (r *startedRun) retryAndEnd() {
 			if req.Op.IsRetrieval() {
 				key = req.Keys[0]
 			}
-			p.recover(r.ctx, r.pool, key, req, r.resps[i:i+1], r.member, err)
+			p.recover(r.ctx, r.order, r.pool, key, req, r.resps[i:i+1], r.member, err)
 		}
 	}
 	r.end()

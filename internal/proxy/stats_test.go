@@ -157,7 +157,7 @@ func TestStatsReset(t *testing.T) {
 func TestHandleGetHitAllocs(t *testing.T) {
 	p, req, resps := getHitSetup(t)
 	allocs := testing.AllocsPerRun(1000, func() {
-		resps = p.Handle(context.Background(), req, resps[:0])
+		resps = p.Handle(context.Background(), nil, req, resps[:0])
 	})
 	t.Logf("proxy.Handle of a get hit: %.0f allocs", allocs)
 	if allocs > 0 {
@@ -170,7 +170,7 @@ func getHitSetup(t testing.TB) (*proxy.Proxy, []protocol.Request, []protocol.Res
 	p := proxy.New(&topology.Topology{Pools: []*pool.Pool{pl}, Default: pl}, proxy.Options{})
 	set(t, p, "key", "value")
 	req := []protocol.Request{{Op: protocol.OpGet, Keys: [][]byte{[]byte("key")}}}
-	resps := p.Handle(context.Background(), req, make([]protocol.Response, 0, 4))
+	resps := p.Handle(context.Background(), nil, req, make([]protocol.Response, 0, 4))
 	if resps[0].Status != protocol.StatusOK {
 		t.Fatalf("get: %+v", resps[0])
 	}
@@ -182,6 +182,6 @@ func BenchmarkHandleGetHit(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		resps = p.Handle(ctx, req, resps[:0])
+		resps = p.Handle(ctx, nil, req, resps[:0])
 	}
 }

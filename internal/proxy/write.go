@@ -16,7 +16,7 @@ import (
 // prepend, cas, delete, incr, decr or touch. Writes of fire-and-forget keys are answered at
 // once and sent in the background; every other write is answered when its server has.
 // Either way the key's hot cache entry and shared fetches end before the answer.
-func (p *Proxy) write(ctx context.Context, t *topology.Topology, req *protocol.Request, one []protocol.Response) {
+func (p *Proxy) write(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, one []protocol.Response) {
 	key := req.Key
 	p.beginWrite(t, key)
 	defer p.endWrite(t, key)
@@ -24,7 +24,7 @@ func (p *Proxy) write(ctx context.Context, t *topology.Topology, req *protocol.R
 		one[0] = p.enqueue(ctx, req)
 		return
 	}
-	p.do(ctx, t.PoolFor(key), key, req, one)
+	p.do(ctx, order, t.PoolFor(key), key, req, one)
 }
 
 // beginWrite and endWrite are the rules of every write of key (write, meta, run, Start,
@@ -66,16 +66,16 @@ func (p *Proxy) enqueue(ctx context.Context, req *protocol.Request) protocol.Res
 // hot cache is answered by handleOne, one request after the other, in order. (What a pool's
 // features and failover add to each request is its servers' business: packages route and
 // pool.)
-func (p *Proxy) run(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
+func (p *Proxy) run(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response) {
 	start := time.Now()
 	t := p.Topology().InService(start)
 	b := getWriteBatch()
 	defer putWriteBatch(b)
 	if !b.group(t, reqs) {
-		each, done := turn.Defer(ctx) // the turn is given on when the run is done
+		each, done := order.Defer() // the turn is given on when the run is done
 		defer done()
 		for i := range reqs {
-			p.handleOne(each, &reqs[i], resps[i:i])
+			p.handleOne(ctx, each, &reqs[i], resps[i:i])
 		}
 		return
 	}
@@ -87,7 +87,7 @@ func (p *Proxy) run(ctx context.Context, reqs []protocol.Request, resps []protoc
 			}
 		}
 	}
-	p.sendShares(ctx, b, reqs, resps)
+	p.sendShares(ctx, order, b, reqs, resps)
 	took := time.Since(start).Seconds()
 	for i := range reqs {
 		req := &reqs[i]
@@ -102,23 +102,23 @@ func (p *Proxy) run(ctx context.Context, reqs []protocol.Request, resps []protoc
 
 // sendShares sends each member its share of a run, in parallel, and retries the requests
 // that got no answer one by one.
-func (p *Proxy) sendShares(ctx context.Context, b *writeBatch, reqs []protocol.Request, resps []protocol.Response) {
-	turn.Split(ctx, len(b.shares)) // the connection's next request waits for every share to be sent
+func (p *Proxy) sendShares(ctx context.Context, order *turn.Turn, b *writeBatch, reqs []protocol.Request, resps []protocol.Response) {
+	order.Split(len(b.shares)) // the connection's next request waits for every share to be sent
 	var wg sync.WaitGroup
 	for s := range b.shares {
 		sh := &b.shares[s]
 		if s == len(b.shares)-1 {
-			sh.do(ctx, reqs, resps) // the last share on this goroutine
+			sh.do(ctx, order, reqs, resps) // the last share on this goroutine
 			continue
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); sh.do(ctx, reqs, resps) }()
+		go func() { defer wg.Done(); sh.do(ctx, order, reqs, resps) }()
 	}
 	wg.Wait()
 	for s := range b.shares {
 		sh := &b.shares[s]
 		for j, i := range sh.idx {
-			p.recover(ctx, sh.pool, reqs[i].Key, &reqs[i], resps[i:i+1], sh.member, sh.errs[j])
+			p.recover(ctx, order, sh.pool, reqs[i].Key, &reqs[i], resps[i:i+1], sh.member, sh.errs[j])
 		}
 	}
 }
@@ -198,13 +198,13 @@ func (b *writeBatch) add(pl *pool.Pool, m *pool.Member, i int) {
 
 // do sends the share as one batch and places the answers in resps; errs keeps which writes
 // got none.
-func (sh *writeShare) do(ctx context.Context, reqs []protocol.Request, resps []protocol.Response) {
+func (sh *writeShare) do(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response) {
 	sh.errs = sh.errs[:0]
 	for range sh.idx {
 		sh.errs = append(sh.errs, nil)
 	}
 	if len(sh.idx) == len(reqs) { // the whole run: no copies
-		sh.member.Server.DoBatch(ctx, reqs, resps, sh.errs)
+		sh.member.Server.DoBatch(ctx, order, reqs, resps, sh.errs)
 		return
 	}
 	sh.reqs, sh.resps = sh.reqs[:0], sh.resps[:0]
@@ -212,7 +212,7 @@ func (sh *writeShare) do(ctx context.Context, reqs []protocol.Request, resps []p
 		sh.reqs = append(sh.reqs, reqs[i])
 		sh.resps = append(sh.resps, protocol.Response{})
 	}
-	sh.member.Server.DoBatch(ctx, sh.reqs, sh.resps, sh.errs)
+	sh.member.Server.DoBatch(ctx, order, sh.reqs, sh.resps, sh.errs)
 	for j, i := range sh.idx {
 		resps[i] = sh.resps[j]
 	}
@@ -236,7 +236,7 @@ func (p *Proxy) writeQueued(ctx context.Context, req *protocol.Request) error {
 	pl := t.PoolFor(req.Key)
 	var resp [1]protocol.Response
 	p.beginWrite(t, req.Key)
-	p.do(ctx, pl, req.Key, req, resp[:])
+	p.do(ctx, nil, pl, req.Key, req, resp[:]) // in the background: no client's order
 	p.endWrite(t, req.Key)
 	if resp[0].Status != protocol.StatusOK {
 		return &statusError{resp[0]}

@@ -6,13 +6,14 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // askEach sends the keys of a retrieval req at idx to the servers of pl that serve them,
 // one request per server, in parallel, and puts the answers in out (indexed as req.Keys).
 // answered[j] reports whether the server of req.Keys[idx[j]] answered. Each server is
 // asked once: a pool asked on another's behalf (a backup, a shadow) is not retried.
-func askEach(ctx context.Context, pl *pool.Pool, req *protocol.Request, out []protocol.Response, idx []int) (answered []bool) {
+func askEach(ctx context.Context, order *turn.Turn, pl *pool.Pool, req *protocol.Request, out []protocol.Response, idx []int) (answered []bool) {
 	shares := byMember(pl, req.Keys, idx)
 	answered = make([]bool, len(idx))
 	var wg sync.WaitGroup
@@ -26,7 +27,7 @@ func askEach(ctx context.Context, pl *pool.Pool, req *protocol.Request, out []pr
 				sub.Keys[n] = req.Keys[idx[j]]
 			}
 			answers := make([]protocol.Response, len(sub.Keys))
-			if err := sh.m.Server.Do(ctx, &sub, answers); err != nil {
+			if err := sh.m.Server.Do(ctx, order, &sub, answers); err != nil {
 				return
 			}
 			for n, j := range sh.at {

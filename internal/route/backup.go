@@ -61,23 +61,23 @@ type backup struct {
 
 var _ pool.Server = (*backup)(nil)
 
-func (b *backup) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
-	err := b.inner.Do(ctx, req, resps)
+func (b *backup) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	err := b.inner.Do(ctx, order, req, resps)
 	switch {
 	case req.Op.IsRetrieval():
-		return b.read(ctx, req, resps, err)
+		return b.read(ctx, order, req, resps, err)
 	case req.Op.ChangesKey():
 		b.mirror(req, resps, err)
 	}
 	return err
 }
 
-func (b *backup) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	b.inner.DoBatch(ctx, reqs, resps, errs)
+func (b *backup) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	b.inner.DoBatch(ctx, order, reqs, resps, errs)
 	for i := range reqs {
 		switch req := &reqs[i]; {
 		case req.Op.IsRetrieval():
-			errs[i] = b.read(ctx, req, resps[i:i+1], errs[i])
+			errs[i] = b.read(ctx, order, req, resps[i:i+1], errs[i])
 		case req.Op.ChangesKey():
 			b.mirror(req, resps[i:i+1], errs[i])
 		}
@@ -94,7 +94,7 @@ func wantsBackup(r *protocol.Response) bool {
 // this server's, is not nil), and answers them from there where that is better: a hit, or
 // any answer where this server gave none. It returns nil when every key has an answer,
 // else err.
-func (b *backup) read(ctx context.Context, req *protocol.Request, resps []protocol.Response, err error) error {
+func (b *backup) read(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response, err error) error {
 	var idx []int
 	for i := range resps {
 		if err != nil {
@@ -109,7 +109,7 @@ func (b *backup) read(ctx context.Context, req *protocol.Request, resps []protoc
 	}
 	b.s.Backup.Reads.Add(uint64(len(idx)))
 	answers := make([]protocol.Response, len(req.Keys))
-	answered := askEach(turn.After(ctx), b.to, req, answers, idx)
+	answered := askEach(ctx, order.After(), b.to, req, answers, idx)
 	for j, i := range idx {
 		a := &answers[i]
 		if !answered[j] {
@@ -226,7 +226,7 @@ func (s *Shared) sendMirror(ctx context.Context, req *protocol.Request, to *pool
 	ctx, cancel := context.WithTimeout(ctx, mirrorTimeout)
 	defer cancel()
 	var resp [1]protocol.Response
-	err := to.Member(to.Locate(req.Key)).Server.Do(ctx, req, resp[:])
+	err := to.Member(to.Locate(req.Key)).Server.Do(ctx, nil, req, resp[:]) // in the background: no client's order
 	if err != nil || !landed(&resp[0]) {
 		s.backupGuard.markStale(req.Key) // it may hold the key's value from before the write
 	}

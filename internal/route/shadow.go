@@ -8,6 +8,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/keyhash"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // Shadow pools (a pool's shadow: {pool, fraction}). The requests for a stable share of the
@@ -52,14 +53,14 @@ type shadow struct {
 
 var _ pool.Server = (*shadow)(nil)
 
-func (sh *shadow) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
-	err := sh.inner.Do(ctx, req, resps)
+func (sh *shadow) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	err := sh.inner.Do(ctx, order, req, resps)
 	sh.copy(req)
 	return err
 }
 
-func (sh *shadow) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	sh.inner.DoBatch(ctx, reqs, resps, errs)
+func (sh *shadow) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	sh.inner.DoBatch(ctx, order, reqs, resps, errs)
 	for i := range reqs {
 		sh.copy(&reqs[i])
 	}
@@ -122,14 +123,14 @@ func (s *Shared) sendShadow(ctx context.Context, req *protocol.Request, to shado
 	result := shadowOK
 	if req.Op.IsRetrieval() {
 		answers := make([]protocol.Response, len(req.Keys))
-		for _, ok := range askEach(ctx, to.pool, req, answers, all(len(req.Keys))) {
+		for _, ok := range askEach(ctx, nil, to.pool, req, answers, all(len(req.Keys))) {
 			if !ok {
 				result = shadowError
 			}
 		}
 	} else {
 		var resp [1]protocol.Response
-		if err := to.pool.Member(to.pool.Locate(req.Key)).Server.Do(ctx, req, resp[:]); err != nil {
+		if err := to.pool.Member(to.pool.Locate(req.Key)).Server.Do(ctx, nil, req, resp[:]); err != nil {
 			result = shadowError
 		}
 	}

@@ -100,42 +100,42 @@ type warmUp struct {
 
 var _ pool.Server = (*warmUp)(nil)
 
-func (w *warmUp) Do(ctx context.Context, req *protocol.Request, resps []protocol.Response) error {
+func (w *warmUp) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	switch {
 	case req.Op.IsRetrieval():
 		epochs := make([]uint64, len(req.Keys))
 		for i, k := range req.Keys {
 			epochs[i] = w.s.Writes.epoch(k) // before the read: see the interleavings above
 		}
-		if err := w.inner.Do(ctx, req, resps); err != nil {
+		if err := w.inner.Do(ctx, order, req, resps); err != nil {
 			return err
 		}
-		w.warmUp(turn.After(ctx), req, resps, epochs)
+		w.warmUp(ctx, order.After(), req, resps, epochs)
 		return nil
 	case req.Op == protocol.OpMetaGet && !req.Meta.Vivify: // an mg with N made the item on its miss: that is its answer
 		epoch := w.s.Writes.epoch(req.Key)
-		err := w.inner.Do(ctx, req, resps)
+		err := w.inner.Do(ctx, order, req, resps)
 		if err == nil && resps[0].Meta.Code == protocol.MetaEN && !w.s.warmSkip.has(req.Key) {
-			w.warmMeta(turn.After(ctx), req, resps, epoch)
+			w.warmMeta(ctx, order.After(), req, resps, epoch)
 		}
 		return err
 	case req.Op.ChangesKey():
-		err := w.inner.Do(ctx, req, resps)
-		w.dropOld(turn.After(ctx), req.Key, resps, err)
+		err := w.inner.Do(ctx, order, req, resps)
+		w.dropOld(ctx, order.After(), req.Key, resps, err)
 		return err
 	}
-	return w.inner.Do(ctx, req, resps)
+	return w.inner.Do(ctx, order, req, resps)
 }
 
 // DoBatch runs the batch one request at a time: each may need its follow-up before the
 // next is sent.
-func (w *warmUp) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, w, reqs, resps, errs)
+func (w *warmUp) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, order, w, reqs, resps, errs)
 }
 
 // warmUp reads the keys that missed here from OTHER, copies the hits over and answers
 // them. epochs[i] is the stripe's epoch of req.Keys[i] before the read here.
-func (w *warmUp) warmUp(ctx context.Context, req *protocol.Request, out []protocol.Response, epochs []uint64) {
+func (w *warmUp) warmUp(ctx context.Context, order *turn.Turn, req *protocol.Request, out []protocol.Response, epochs []uint64) {
 	var idx []int
 	for i, k := range req.Keys {
 		if out[i].Status == protocol.StatusNotFound && !w.s.warmSkip.has(k) {
@@ -145,7 +145,7 @@ func (w *warmUp) warmUp(ctx context.Context, req *protocol.Request, out []protoc
 	if len(idx) == 0 {
 		return
 	}
-	items := w.readOld(ctx, req.Keys, idx)
+	items := w.readOld(ctx, order, req.Keys, idx)
 	// What the copy stored is answered as is, unless the answer shows a cas (gets, gats,
 	// any binary get): that must be this pool's, so the key is read here again.
 	wantCas := req.Binary || req.Op == protocol.OpGets || req.Op == protocol.OpGats
@@ -182,7 +182,7 @@ func (w *warmUp) warmUp(ctx context.Context, req *protocol.Request, out []protoc
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answer(w.copyIn(ctx, req.Keys[i], it, exptime, epochs[i]))
+			answer(w.copyIn(ctx, order, req.Keys[i], it, exptime, epochs[i]))
 		}()
 	}
 	wg.Wait()
@@ -195,7 +195,7 @@ func (w *warmUp) warmUp(ctx context.Context, req *protocol.Request, out []protoc
 		sub.Keys[n] = req.Keys[i]
 	}
 	answers := make([]protocol.Response, len(again))
-	err := w.inner.Do(ctx, &sub, answers)
+	err := w.inner.Do(ctx, order, &sub, answers)
 	for n, i := range again {
 		if err == nil && answers[n].Status == protocol.StatusOK {
 			out[i] = answers[n]
@@ -226,11 +226,11 @@ func copyExptime(ttl int64) (int64, bool) {
 // copyIn adds it as k here, unless a write of k's stripe began or ended since epoch (see
 // the interleavings above). stored reports an add that stored; a refused copy or an add
 // that found the key reports false and no error.
-func (w *warmUp) copyIn(ctx context.Context, k []byte, it *oldItem, exptime int64, epoch uint64) (stored bool, err error) {
+func (w *warmUp) copyIn(ctx context.Context, order *turn.Turn, k []byte, it *oldItem, exptime int64, epoch uint64) (stored bool, err error) {
 	w.s.Writes.ifQuiet(k, epoch, func() {
 		add := protocol.Request{Op: protocol.OpAdd, Key: k, Value: it.value, Flags: it.flags, Exptime: exptime}
 		var resp [1]protocol.Response
-		if err = w.inner.Do(ctx, &add, resp[:]); err == nil {
+		if err = w.inner.Do(ctx, order, &add, resp[:]); err == nil {
 			stored = resp[0].Status == protocol.StatusOK
 		}
 	})
@@ -240,7 +240,7 @@ func (w *warmUp) copyIn(ctx context.Context, k []byte, it *oldItem, exptime int6
 // readOld reads keys[i], for i in idx, from OTHER: one batch of mg requests per server,
 // the servers in parallel. A server that does not answer reads as a miss: the miss here
 // stands, which is a correct answer.
-func (w *warmUp) readOld(ctx context.Context, keys [][]byte, idx []int) []oldItem {
+func (w *warmUp) readOld(ctx context.Context, order *turn.Turn, keys [][]byte, idx []int) []oldItem {
 	items := make([]oldItem, len(idx))
 	var wg sync.WaitGroup
 	for _, b := range byMember(w.from, keys, idx) {
@@ -253,7 +253,7 @@ func (w *warmUp) readOld(ctx context.Context, keys [][]byte, idx []int) []oldIte
 			for n, j := range b.at {
 				reqs[n] = oldGet(keys[idx[j]])
 			}
-			b.m.Server.DoBatch(ctx, reqs, resps, errs)
+			b.m.Server.DoBatch(ctx, order, reqs, resps, errs)
 			for n, j := range b.at {
 				if errs[n] == nil {
 					items[j] = parseOld(&resps[n])
@@ -318,19 +318,19 @@ func parseOld(r *protocol.Response) oldItem {
 
 // warmMeta follows up an mg that missed here: a hit on OTHER is copied here, and the mg is
 // sent here again, so that its answer is memcached's own.
-func (w *warmUp) warmMeta(ctx context.Context, req *protocol.Request, one []protocol.Response, epoch uint64) {
-	it := w.readOld(ctx, [][]byte{req.Key}, []int{0})[0]
+func (w *warmUp) warmMeta(ctx context.Context, order *turn.Turn, req *protocol.Request, one []protocol.Response, epoch uint64) {
+	it := w.readOld(ctx, order, [][]byte{req.Key}, []int{0})[0]
 	w.s.warmRead(w.pool, it.found)
 	if !it.found {
 		return
 	}
 	if exptime, ok := copyExptime(it.ttl); ok {
-		if _, err := w.copyIn(ctx, req.Key, &it, exptime, epoch); err != nil {
+		if _, err := w.copyIn(ctx, order, req.Key, &it, exptime, epoch); err != nil {
 			return // the miss stands
 		}
 	}
 	var again [1]protocol.Response
-	if w.inner.Do(ctx, req, again[:]) == nil {
+	if w.inner.Do(ctx, order, req, again[:]) == nil {
 		one[0] = again[0]
 	}
 }
@@ -339,11 +339,11 @@ func (w *warmUp) warmMeta(ctx context.Context, req *protocol.Request, one []prot
 // landed all the same), so that OTHER never serves a value older than the write. When it
 // cannot, the key is never read from there again; when too many keys are remembered
 // already, the write's answer becomes a SERVER_ERROR.
-func (w *warmUp) dropOld(ctx context.Context, key []byte, one []protocol.Response, err error) {
+func (w *warmUp) dropOld(ctx context.Context, order *turn.Turn, key []byte, one []protocol.Response, err error) {
 	del := protocol.Request{Op: protocol.OpDelete, Key: key}
 	var r [1]protocol.Response
 	m := w.from.Member(w.from.Locate(key))
-	derr := m.Server.Do(ctx, &del, r[:])
+	derr := m.Server.Do(ctx, order, &del, r[:])
 	if derr == nil && (r[0].Status == protocol.StatusOK || r[0].Status == protocol.StatusNotFound) {
 		return
 	}

@@ -139,12 +139,12 @@ type waitingOnly struct{ pool.Server }
 // dead is a server marked dead, for a failover pool's other member.
 type dead struct{}
 
-func (dead) Do(ctx context.Context, _ *protocol.Request, _ []protocol.Response) error {
-	turn.Dispatched(ctx)
+func (dead) Do(ctx context.Context, order *turn.Turn, _ *protocol.Request, _ []protocol.Response) error {
+	order.Dispatched()
 	return errors.New("dead")
 }
-func (d dead) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, d, reqs, resps, errs)
+func (d dead) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, order, d, reqs, resps, errs)
 }
 func (dead) Up() bool               { return false }
 func (dead) Info() pool.Info        { return pool.Info{State: pool.StateDead} }
@@ -298,7 +298,7 @@ func call(t *testing.T, s pool.Server, r *request, st step) []string {
 	if st.batch {
 		resps := make([]protocol.Response, len(reqs))
 		errs := make([]error, len(reqs))
-		within(t, "DoBatch", func() { s.DoBatch(r, reqs, resps, errs) })
+		within(t, "DoBatch", func() { s.DoBatch(r.ctx, r.own, reqs, resps, errs) })
 		r.settled(t)
 		for i := range reqs {
 			if errs[i] != nil {
@@ -318,7 +318,7 @@ func call(t *testing.T, s pool.Server, r *request, st step) []string {
 		}
 		resps := make([]protocol.Response, n) // exactly n: writing past it panics, which within reports
 		var err error
-		within(t, "Do", func() { err = s.Do(r, req, resps) })
+		within(t, "Do", func() { err = s.Do(r.ctx, r.own, req, resps) })
 		r.settled(t)
 		for i := range resps {
 			if err != nil {
@@ -460,7 +460,7 @@ func closeRunning(t *testing.T, s pool.Server, c *client, e *env) {
 	r := c.request(context.Background())
 	e.drain()
 	done := make(chan error, 1)
-	go func() { done <- s.Do(r, &req, resps[:]) }()
+	go func() { done <- s.Do(r.ctx, r.own, &req, resps[:]) }()
 	timer := time.NewTimer(bound)
 	defer timer.Stop()
 	select {

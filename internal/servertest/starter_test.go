@@ -302,7 +302,7 @@ func (b *batch) key(i int) (req, k int) {
 // try calls StartBatch once and keeps its probe; when it declined, it checks that it did
 // nothing: no dispatch, no done, no answer.
 func (st *starts) try(b *batch) (bool, error) {
-	b.started = st.sr.StartBatch(b.r, b.reqs, b.resps, b.errs, b.probe.done)
+	b.started = st.sr.StartBatch(b.r.ctx, b.r.own, b.reqs, b.resps, b.errs, b.probe.done)
 	st.mu.Lock()
 	if b.started {
 		st.started = append(st.started, b.probe)
@@ -314,7 +314,7 @@ func (st *starts) try(b *batch) (bool, error) {
 		return true, nil
 	}
 	var errs []error
-	if n := b.r.dispatches.Load(); n != 0 {
+	if n := b.r.dispatches(); n != 0 {
 		errs = append(errs, fmt.Errorf("StartBatch returned false, and dispatched the turn %d times: the turn must be untouched", n))
 	}
 	if n := b.probe.calls.Load(); n != 0 {
@@ -517,12 +517,12 @@ func (st *starts) concurrent(t *testing.T, clientOf func(*testing.T) *client) {
 					return
 				}
 				if !ok {
-					st.s.DoBatch(r, b.reqs, b.resps, b.errs)
+					st.s.DoBatch(r.ctx, r.own, b.reqs, b.resps, b.errs)
 				} else {
 					startedN.Add(1)
 				}
 				// What settled does, on a goroutine that may not end the test.
-				n := r.dispatches.Load()
+				n := r.dispatches()
 				r.returned = n
 				if n != 1 {
 					t.Errorf("client %d, batch %d (started %v): turn.Dispatched called %d times, want once", g, j, ok, n)

@@ -2,9 +2,6 @@ package servertest
 
 import (
 	"context"
-	"reflect"
-	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,27 +29,23 @@ func newClient(t *testing.T) *client {
 	return c
 }
 
-// request is the context of one client request: it carries the request's turn (answering
-// turn.ContextKey itself, as the turn package allows) and counts the calls of
-// turn.Dispatched made for it.
+// request is one client request: its context, its turn, and the turn of the client's
+// request behind it, whose Wait returns once the server gives the request's turn on.
 //
-// Why count calls rather than watch the turn: what the next turn observes cannot tell one
-// dispatch from two (the second is a no-op on a released turn), and the unexported released
-// flag cannot be read from here. A second dispatch matters where the turn was split
-// (turn.Split, a multi-key get over several servers): it gives the turn on before the other
-// shares are on their way. The count says exactly what the contract says: one call per
-// request, or per batch.
+// Why count calls (turn.Turn.Dispatches) rather than watch the next turn: what the next
+// turn observes cannot tell one dispatch from two (the second is a no-op on a released
+// turn). A second dispatch matters where the turn was split (Turn.Split, a multi-key get
+// over several servers): it gives the turn on before the other shares are on their way.
+// The count says exactly what the contract says: one call per request, or per batch.
 type request struct {
-	context.Context
+	ctx         context.Context
 	own, behind *turn.Turn
-
-	dispatches atomic.Int32 // calls of turn.Dispatched with this context, or one derived from it
-	returned   int32        // dispatches when the call returned; owned by the test goroutine
+	returned    int32 // own's dispatches when the call returned; owned by the test goroutine
 }
 
-// request makes the context of the client's next request, and the turn of the one after it.
-func (c *client) request(parent context.Context) *request {
-	r := &request{Context: parent, own: c.next}
+// request makes the client's next request, with ctx, and the turn of the one after it.
+func (c *client) request(ctx context.Context) *request {
+	r := &request{ctx: ctx, own: c.next}
 	c.next = new(turn.Turn)
 	c.chain.Next(c.next)
 	r.behind = c.next
@@ -60,41 +53,14 @@ func (c *client) request(parent context.Context) *request {
 	return r
 }
 
-func (r *request) Value(key any) any {
-	if _, ok := key.(turn.ContextKey); !ok {
-		return r.Context.Value(key)
-	}
-	if inDispatched() {
-		r.dispatches.Add(1)
-	}
-	return r.own
-}
-
-// dispatchedName is turn.Dispatched's name in stack traces.
-var dispatchedName = runtime.FuncForPC(reflect.ValueOf(turn.Dispatched).Pointer()).Name()
-
-// inDispatched reports whether turn.Dispatched is looking the turn up: it is among the few
-// frames above Value (turn.From, and the context package's frames of the contexts a server
-// derived from the request's). Inlined frames are reported too.
-func inDispatched() bool {
-	var pcs [16]uintptr
-	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
-	for {
-		f, more := frames.Next()
-		if f.Function == dispatchedName {
-			return true
-		}
-		if !more {
-			return false
-		}
-	}
-}
+// dispatches is how many times the server called Dispatched on the request's turn.
+func (r *request) dispatches() int32 { return r.own.Dispatches() }
 
 // settled checks, once the call made with r has returned, that it dispatched r exactly
 // once and that this let the client's next request start.
 func (r *request) settled(t *testing.T) {
 	t.Helper()
-	n := r.dispatches.Load()
+	n := r.dispatches()
 	r.returned = n
 	if n != 1 {
 		t.Errorf("turn.Dispatched called %d times for the request, want exactly once", n)
@@ -110,7 +76,7 @@ func (r *request) settled(t *testing.T) {
 func (c *client) noLateDispatches(t *testing.T) {
 	t.Helper()
 	for i, r := range c.reqs {
-		if n := r.dispatches.Load(); n != r.returned {
+		if n := r.dispatches(); n != r.returned {
 			t.Errorf("request %d: %d calls of turn.Dispatched after its call returned", i, n-r.returned)
 		}
 	}
@@ -152,35 +118,4 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s: not within %v", what, bound)
 		}
 	}
-}
-
-// TestRequestCounts: the probe counts the calls of turn.Dispatched for its request, through
-// contexts derived from it and through turn.Defer's done, and nothing else that reads the
-// turn; and settled sees the next request's turn given on.
-func TestRequestCounts(t *testing.T) {
-	c := newClient(t)
-	r := c.request(context.Background())
-	derived, cancel := context.WithTimeout(r, bound)
-	defer cancel()
-	turn.Affinity(derived)
-	turn.Switch(derived, c, 1)
-	each, done := turn.Defer(derived)
-	turn.Dispatched(each) // the deferred dispatches are not the request's
-	turn.Dispatched(each)
-	if n := r.dispatches.Load(); n != 0 {
-		t.Fatalf("counted %d dispatches before done, want 0", n)
-	}
-	done()
-	if n := r.dispatches.Load(); n != 1 {
-		t.Fatalf("counted %d dispatches after done, want 1", n)
-	}
-	r.settled(t)
-
-	twice := c.request(context.Background())
-	turn.Dispatched(twice)
-	turn.Dispatched(twice)
-	if n := twice.dispatches.Load(); n != 2 {
-		t.Fatalf("counted %d of 2 dispatches", n)
-	}
-	within(t, "the next request's turn", twice.behind.Wait)
 }

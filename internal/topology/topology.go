@@ -370,12 +370,12 @@ type unconnected struct{}
 
 var _ pool.Server = unconnected{}
 
-func (unconnected) Do(ctx context.Context, _ *protocol.Request, _ []protocol.Response) error {
-	turn.Dispatched(ctx) // failed at once, as every Server's request that cannot be sent
+func (unconnected) Do(ctx context.Context, order *turn.Turn, _ *protocol.Request, _ []protocol.Response) error {
+	order.Dispatched() // failed at once, as every Server's request that cannot be sent
 	return errors.New("not connected: topology built for --check")
 }
-func (u unconnected) DoBatch(ctx context.Context, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, u, reqs, resps, errs)
+func (u unconnected) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, order, u, reqs, resps, errs)
 }
 func (unconnected) Up() bool               { return false }
 func (unconnected) Info() pool.Info        { return pool.Info{State: pool.StateDead} }

@@ -11,7 +11,6 @@
 package turn
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 )
@@ -45,10 +44,11 @@ type Turn struct {
 	next  *Turn         // the turn after this one, once there is one; guarded by chain.mu
 	ready chan struct{} // receives once when every earlier turn is released; made once
 
-	parts    atomic.Int32 // dispatches still expected after Split
-	held     atomic.Bool  // Hold: only Release gives the turn on
-	released atomic.Bool
-	taken    bool // Ready found the turn ready: Wait returns at once
+	parts      atomic.Int32 // dispatches still expected after Split
+	dispatches atomic.Int32 // calls of Dispatched since Next
+	held       atomic.Bool  // Hold: only Release gives the turn on
+	released   atomic.Bool
+	taken      bool // Ready found the turn ready: Wait returns at once
 }
 
 // Leave takes a released turn out of its chain, so that it is zero again (Zero) until the
@@ -65,6 +65,7 @@ func (c *Chain) Next(t *Turn) {
 	}
 	t.chain, t.next, t.taken = c, nil, false
 	t.parts.Store(0)
+	t.dispatches.Store(0)
 	t.held.Store(false)
 	t.released.Store(false)
 	c.mu.Lock()
@@ -126,50 +127,40 @@ func (t *Turn) Release() {
 	}
 }
 
-// Defer returns a context for dispatches made one after the other on behalf of the request
-// ctx carries — each on the connection's affinity, minding its paths (Switch) — that do not
-// give its turn on, and done, which counts them as the request's one dispatch (see
-// Dispatched: with Split or Hold, that need not give the turn on either). Call done after
-// the last of them, or after it failed.
-func Defer(ctx context.Context) (each context.Context, done func()) {
-	t := From(ctx)
+// Defer returns a turn for dispatches made one after the other on behalf of t's request —
+// each on the connection's affinity, minding its paths (Switch) — that do not give t on,
+// and done, which counts them as the request's one dispatch (see Dispatched: with Split or
+// Hold, that need not give the turn on either). Call done after the last of them, or after
+// it failed. A nil t gives nil and a done that does nothing.
+func (t *Turn) Defer() (each *Turn, done func()) {
 	if t == nil || t.chain == nil {
-		return ctx, func() {}
+		return nil, func() {}
+	}
+	return t.After(), t.Dispatched
+}
+
+// After returns a turn for the dispatches a request makes after its own, on its behalf (a
+// backup read, a warm-up copy): on the connection's affinity, minding its paths, and never
+// giving t on, which the request's own dispatch does (or did). nil for a nil t.
+func (t *Turn) After() *Turn {
+	if t == nil || t.chain == nil {
+		return nil
 	}
 	stand := &Turn{chain: t.chain} // same connection, but never released by a dispatch
 	stand.held.Store(true)
-	return With(ctx, stand), func() { Dispatched(ctx) }
-}
-
-// After returns a context for the dispatches a request makes after its own, on its behalf
-// (a backup read, a warm-up copy): on the connection's affinity, minding its paths, and
-// never giving the turn on, which the request's own dispatch does (or did).
-func After(ctx context.Context) context.Context {
-	each, _ := Defer(ctx)
-	return each
-}
-
-// ContextKey is the context key of a request's *Turn. With sets it; a caller's own
-// context type may answer Value(ContextKey{}) itself to avoid With's allocation.
-type ContextKey struct{}
-
-// With returns ctx carrying t, for the servers that dispatch the request.
-func With(ctx context.Context, t *Turn) context.Context {
-	return context.WithValue(ctx, ContextKey{}, t)
-}
-
-// From is the turn ctx carries, or nil.
-func From(ctx context.Context) *Turn {
-	t, _ := ctx.Value(ContextKey{}).(*Turn)
-	return t
+	return stand
 }
 
 // Dispatched tells the request's turn that one of its dispatches is on its way: queued on
 // a backend connection, or executed by an in-process store. A server calls it exactly once
-// per request it is given, whether it sends it or fails it at once.
-func Dispatched(ctx context.Context) {
-	t := From(ctx)
-	if t == nil || t.held.Load() {
+// per request it is given, whether it sends it or fails it at once (Dispatches counts the
+// calls, for the tests that check it). A nil t is no order: nothing happens.
+func (t *Turn) Dispatched() {
+	if t == nil {
+		return
+	}
+	t.dispatches.Add(1)
+	if t.held.Load() {
 		return
 	}
 	if t.parts.Load() > 0 && t.parts.Add(-1) > 0 {
@@ -178,18 +169,25 @@ func Dispatched(ctx context.Context) {
 	t.Release()
 }
 
+// Dispatches is how many times Dispatched was called on t since Next (0 for a nil t).
+func (t *Turn) Dispatches() int32 {
+	if t == nil {
+		return 0
+	}
+	return t.dispatches.Load()
+}
+
 // Split says that the request is about to make n dispatches in parallel (a multi-key get
 // over n servers): its turn is given on when all n are on their way.
-func Split(ctx context.Context, n int) {
-	if t := From(ctx); t != nil && n > 1 && !t.held.Load() {
+func (t *Turn) Split(n int) {
+	if t != nil && n > 1 && !t.held.Load() {
 		t.parts.Store(int32(n))
 	}
 }
 
-// Affinity is the backend connection index the request's connection uses, when the
-// request is pipelined (it has a turn).
-func Affinity(ctx context.Context) (uint32, bool) {
-	t := From(ctx)
+// Affinity is the backend connection index t's connection uses, when the request is
+// pipelined (it has a turn).
+func (t *Turn) Affinity() (uint32, bool) {
 	if t == nil || t.chain == nil {
 		return 0, false
 	}
@@ -206,8 +204,8 @@ const maxPaths = 64
 
 // WouldSwitch reports what Switch would, without recording anything: a caller that can
 // only go on when no wait is needed asks first.
-func WouldSwitch(ctx context.Context, server any, path Path) bool {
-	c := pathsOf(ctx, path)
+func (t *Turn) WouldSwitch(server any, path Path) bool {
+	c := t.pathsOf(path)
 	if c == nil {
 		return false
 	}
@@ -222,8 +220,8 @@ func WouldSwitch(ctx context.Context, server any, path Path) bool {
 // trip on that path) and only then sends this one. Path 0 is the common one: a server the
 // connection never used another path for costs no bookkeeping. A request without a turn
 // never switches: nothing of its connection is in flight.
-func Switch(ctx context.Context, server any, path Path) bool {
-	c := pathsOf(ctx, path)
+func (t *Turn) Switch(server any, path Path) bool {
+	c := t.pathsOf(path)
 	if c == nil {
 		return false
 	}
@@ -245,8 +243,7 @@ func Switch(ctx context.Context, server any, path Path) bool {
 
 // pathsOf is the chain whose paths a dispatch on path must consult, nil when none: the
 // request has no turn, or it takes path 0 on a connection that never took another.
-func pathsOf(ctx context.Context, path Path) *Chain {
-	t := From(ctx)
+func (t *Turn) pathsOf(path Path) *Chain {
 	if t == nil || t.chain == nil || path == 0 && !t.chain.otherPaths.Load() {
 		return nil
 	}

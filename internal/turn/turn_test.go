@@ -1,7 +1,6 @@
 package turn
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -27,12 +26,12 @@ func TestTurnsRunInOrder(t *testing.T) {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
-			ctx := With(context.Background(), &turns[i])
-			if a, ok := Affinity(ctx); !ok || a != 3 {
+			order := &turns[i]
+			if a, ok := order.Affinity(); !ok || a != 3 {
 				t.Errorf("affinity %d %v", a, ok)
 			}
-			Dispatched(ctx)
-			Dispatched(ctx) // a second dispatch changes nothing
+			order.Dispatched()
+			order.Dispatched() // a second dispatch changes nothing
 		}()
 	}
 	wg.Wait()
@@ -53,8 +52,8 @@ func TestSplitAndHold(t *testing.T) {
 		chain.Next(&held)
 		chain.Next(&after)
 		split.Wait()
-		ctx := With(context.Background(), &split)
-		Split(ctx, 3)
+		order := &split
+		order.Split(3)
 		released := make(chan struct{})
 		go func() { held.Wait(); close(released) }()
 		for i := range 3 {
@@ -64,15 +63,14 @@ func TestSplitAndHold(t *testing.T) {
 				t.Fatalf("turn given on after %d of 3 dispatches", i)
 			default:
 			}
-			Dispatched(ctx)
+			order.Dispatched()
 		}
 		<-released
 
-		hctx := With(context.Background(), &held)
 		held.Hold()
-		Split(hctx, 2) // ignored while held
-		Dispatched(hctx)
-		Dispatched(hctx)
+		held.Split(2) // ignored while held
+		held.Dispatched()
+		held.Dispatched()
 		done := make(chan struct{})
 		go func() { after.Wait(); close(done) }()
 		synctest.Wait()
@@ -86,7 +84,7 @@ func TestSplitAndHold(t *testing.T) {
 
 		var zero Turn
 		zero.Wait() // returns at once
-		if _, ok := Affinity(With(context.Background(), &zero)); ok || !zero.Zero() {
+		if _, ok := (&zero).Affinity(); ok || !zero.Zero() {
 			t.Error("the zero Turn has an affinity")
 		}
 	})
@@ -99,7 +97,7 @@ func TestSwitch(t *testing.T) {
 	chain := NewChain(0)
 	var tn Turn
 	chain.Next(&tn)
-	ctx := With(context.Background(), &tn)
+	order := &tn
 	a, b := new(int), new(int)
 	steps := []struct {
 		server any
@@ -117,11 +115,11 @@ func TestSwitch(t *testing.T) {
 		{a, 0, false},
 	}
 	for i, s := range steps {
-		if got := Switch(ctx, s.server, s.path); got != s.want {
+		if got := order.Switch(s.server, s.path); got != s.want {
 			t.Errorf("step %d: Switch = %v, want %v", i, got, s.want)
 		}
 	}
-	if Switch(context.Background(), a, 1) {
+	if (*Turn)(nil).Switch(a, 1) {
 		t.Error("a request without a turn switched")
 	}
 }
@@ -132,16 +130,16 @@ func TestSwitchForgets(t *testing.T) {
 	chain := NewChain(0)
 	var tn Turn
 	chain.Next(&tn)
-	ctx := With(context.Background(), &tn)
+	order := &tn
 	first := new(int)
-	Switch(ctx, first, 1)
+	order.Switch(first, 1)
 	for range maxPaths {
-		Switch(ctx, new(int), 1)
+		order.Switch(new(int), 1)
 	}
-	if !Switch(ctx, first, 0) {
+	if !order.Switch(first, 0) {
 		t.Error("a forgotten server did not switch")
 	}
-	if !Switch(ctx, new(int), 0) {
+	if !order.Switch(new(int), 0) {
 		t.Error("an unknown server did not switch after the chain forgot")
 	}
 }
@@ -153,13 +151,13 @@ func TestDefer(t *testing.T) {
 	var first, second Turn
 	chain.Next(&first)
 	chain.Next(&second)
-	ctx := With(context.Background(), &first)
-	Split(ctx, 2)
-	a, doneA := Defer(ctx)
-	b, doneB := Defer(ctx)
-	Dispatched(a)
-	Dispatched(b)
-	if aff, ok := Affinity(a); !ok || aff != 7 {
+	order := &first
+	order.Split(2)
+	a, doneA := order.Defer()
+	b, doneB := order.Defer()
+	a.Dispatched()
+	b.Dispatched()
+	if aff, ok := a.Affinity(); !ok || aff != 7 {
 		t.Fatalf("deferred context lost the affinity: %d %v", aff, ok)
 	}
 	if first.released.Load() {
@@ -174,4 +172,36 @@ func TestDefer(t *testing.T) {
 		t.Fatal("the turn did not go on when both shares were done")
 	}
 	second.Wait() // returns: first was released
+}
+
+// TestDispatches: Dispatches counts the calls of Dispatched on the turn since Next: the
+// dispatches made under Defer or After are not the request's, Defer's done is one, and a
+// second call on a released turn still counts (servers must make exactly one).
+func TestDispatches(t *testing.T) {
+	chain := NewChain(0)
+	var order Turn
+	chain.Next(&order)
+	order.Wait()
+	each, done := order.Defer()
+	each.Dispatched()
+	order.After().Dispatched()
+	if n := order.Dispatches(); n != 0 {
+		t.Fatalf("%d dispatches before done, want 0", n)
+	}
+	done()
+	order.Dispatched()
+	if n := order.Dispatches(); n != 2 {
+		t.Fatalf("%d dispatches, want 2", n)
+	}
+	order.Leave()
+	chain.Next(&order) // the turn used again: counted afresh
+	order.Wait()
+	if n := order.Dispatches(); n != 0 {
+		t.Fatalf("%d dispatches of a new turn, want 0", n)
+	}
+	var none *Turn
+	none.Dispatched() // no order: nothing happens
+	if none.Dispatches() != 0 {
+		t.Fatal("a nil turn counted a dispatch")
+	}
 }

@@ -1,7 +1,10 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,5 +126,59 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within 20s", what)
 		}
+	}
+}
+
+// TestBackupCopiesMetaWrites: meta writes are copied to the backup pool as every write is
+// (else it would keep a value older than an ms acknowledged here); a meta cas is copied,
+// without its C, once it succeeded, and not at all when it failed.
+func TestBackupCopiesMetaWrites(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	gate := make(chan struct{})
+	close(gate) // copies land at once
+	p, reg, store := backedUp(t, gate, 0)
+	meta := func(wire string) protocol.Response {
+		t.Helper()
+		var req protocol.Request
+		r := protocol.NewTextReader(bufio.NewReader(strings.NewReader(wire)), protocol.DefaultLimits())
+		if err := r.Read(&req); err != nil {
+			t.Fatalf("%q: %v", wire, err)
+		}
+		return handle(p, &req)[0]
+	}
+	landed := func(n float64) {
+		t.Helper()
+		eventually(t, fmt.Sprint(n, " copies landed"), func() bool { return value(t, reg, "moxi_backup_writes_total") == n })
+	}
+	meta("ms k 3 T0\r\nnew\r\n") // k was "old" on the backup only
+	landed(1)
+	gets := meta("mg k c v\r\n")
+	if gets.Meta.Code != protocol.MetaVA || string(gets.Value) != "new" {
+		t.Fatalf("mg k c v = %+v", gets)
+	}
+	var cas string
+	for _, f := range strings.Fields(string(gets.Meta.Flags)) {
+		if strings.HasPrefix(f, "c") {
+			cas = f[1:]
+		}
+	}
+	if r := meta("ms k 4 C999999 T0\r\nlost\r\n"); r.Meta.Code != protocol.MetaEX {
+		t.Fatalf("ms with a wrong cas = %+v", r)
+	}
+	if r := meta("ms k 4 C" + cas + " T0\r\nwon!\r\n"); r.Meta.Code != protocol.MetaHD {
+		t.Fatalf("ms with its cas = %+v", r)
+	}
+	landed(2) // the failed cas was not copied; the one that succeeded was
+	evict(t, store, "k")
+	if r := get(p, "k"); string(r[0].Value) != "won!" {
+		t.Fatalf("get k, evicted here, from the backup: %+v; want the cas's value", r[0])
+	}
+	meta("md k\r\n")
+	landed(3)
+	if r := get(p, "k"); r[0].Status != protocol.StatusNotFound {
+		t.Fatalf("get k after md: %+v; want a miss here and on the backup", r[0])
+	}
+	if dropped := value(t, reg, "moxi_backup_writes_dropped_total"); dropped > 0 {
+		t.Fatalf("%v copies dropped", dropped)
 	}
 }

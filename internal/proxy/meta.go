@@ -20,7 +20,7 @@ import (
 // there, as every write does.
 //
 // Not done for meta commands: the hot cache and dedup (an mg asks the server each time,
-// its flags may change the item), fire-and-forget, and copies to a backup pool.
+// its flags may change the item), fire-and-forget, and reads from a backup pool.
 func (p *Proxy) meta(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, one []protocol.Response) {
 	if req.Op == protocol.OpMetaNoop {
 		one[0] = protocol.Response{Meta: protocol.MetaAnswer{Code: protocol.MetaMN}}

@@ -141,18 +141,17 @@ func (b *backup) mirror(req *protocol.Request, resps []protocol.Response, err er
 	w := *req
 	succeeded := err == nil && (resps[0].Status == protocol.StatusOK && resps[0].Meta.Code == protocol.MetaNone ||
 		resps[0].Meta.Code == protocol.MetaHD || resps[0].Meta.Code == protocol.MetaVA)
-	_, metaCas := w.Meta.Flag('C')
 	switch {
 	case w.Op == protocol.OpCas:
 		if !succeeded {
 			return
 		}
 		w.Op = protocol.OpSet
-	case w.Op.IsMeta() && metaCas:
+	case w.Op.IsMeta() && w.Meta.HasCas:
 		if !succeeded {
 			return
 		}
-		w.Meta.Flags = withoutFlag(w.Meta.Flags, 'C')
+		w.Meta.Flags, w.Meta.HasCas, w.Meta.Cas = withoutFlag(w.Meta.Flags, 'C'), false, 0
 	}
 	w.Cas = 0
 	guard := &b.s.backupGuard

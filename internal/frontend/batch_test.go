@@ -32,13 +32,7 @@ func (s *countingServer) DoBatch(ctx context.Context, order *turn.Turn, reqs []p
 // StartBatch counts as the DoBatch or Do it stands for (the store's own would call the
 // store's, not these).
 func (s *countingServer) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
-	if len(reqs) == 1 && len(reqs[0].Keys) > 1 {
-		errs[0] = s.Do(ctx, order, &reqs[0], resps)
-	} else {
-		s.DoBatch(ctx, order, reqs, resps, errs)
-	}
-	done()
-	return true
+	return pool.StartNow(ctx, order, s, reqs, resps, errs, done)
 }
 
 func (s *countingServer) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {

@@ -143,17 +143,10 @@ func (s *Store) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.R
 	pool.DoEach(ctx, order, s, reqs, resps, errs)
 }
 
-// StartBatch executes reqs at once, as DoBatch does (one get of many keys as Do does), and
-// calls done before it returns: an in-process store has no answer to wait for, so the
-// request path takes the same started way (pool.Starter) over it as over a remote server.
+// StartBatch executes reqs at once and calls done before it returns (pool.StartNow): an
+// in-process store has no answer to wait for.
 func (s *Store) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
-	if len(reqs) == 1 && len(reqs[0].Keys) > 1 {
-		errs[0] = s.Do(ctx, order, &reqs[0], resps)
-	} else {
-		s.DoBatch(ctx, order, reqs, resps, errs)
-	}
-	done()
-	return true
+	return pool.StartNow(ctx, order, s, reqs, resps, errs, done)
 }
 
 // Up is always true: an in-process store cannot be unreachable.

@@ -122,8 +122,14 @@ func TestBackupLostCopy(t *testing.T) {
 // eventually polls cond until it holds, or fails the test after a generous deadline.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
 			t.Fatalf("%s: not within 20s", what)
 		}
 	}

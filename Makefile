@@ -2,7 +2,7 @@
 # front of three local memcached (after `make deps`); `make test` runs every test.
 export PATH := $(PATH):/usr/local/go/bin:/usr/sbin
 
-.PHONY: build run demo test deps fuzz bench
+.PHONY: build run demo test deps fuzz bench release
 
 build:
 	go build -o bin/moxi ./cmd/moxi
@@ -36,3 +36,18 @@ fuzz:
 
 bench:
 	go test -run='^$$' -bench=. -benchmem ./internal/...
+
+# The release in VERSION for linux/amd64, linux/arm64 and darwin/arm64: static binaries named
+# moxi-<release>-<os>-<arch>, stamped with the release, and their SHA256SUMS, in DIST.
+RELEASE := $(shell cat VERSION)
+DIST ?= dist
+PLATFORMS := linux/amd64 linux/arm64 darwin/arm64
+release:
+	mkdir -p $(DIST)
+	rm -f $(DIST)/moxi-* $(DIST)/SHA256SUMS
+	for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w -X main.version=$(RELEASE)" \
+			-o $(DIST)/moxi-$(RELEASE)-$$os-$$arch ./cmd/moxi || exit 1; \
+	done
+	cd $(DIST) && sha256sum moxi-$(RELEASE)-* > SHA256SUMS

@@ -2,8 +2,10 @@ package test
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,21 +13,39 @@ import (
 )
 
 // TestLibmemcachedTools runs libmemcached's everyday tools against moxi, embedded and in
-// front of three memcached: they parse "version" as major.minor.patch numbers, and an
-// answer starting with a name made them exit 1 ("strtol() failed to parse major version").
+// front of three memcached, and against builds stamped with build strings that are not a
+// release number: the tools parse "version" as major.minor.patch numbers, and an answer
+// starting with a name, or with a number made of a build string ("0.0.0 moxi/dev"), made
+// them exit 1 ("strtol() failed to parse major version").
 func TestLibmemcachedTools(t *testing.T) {
 	memcstat := requireBinary(t, "memcstat")
 	memcping := requireBinary(t, "memcping")
 	servers := cluster(t, 3)
-	for _, tc := range []struct {
+	type target struct {
 		name string
+		bin  string // "" is the suite's moxi
 		args []string
-	}{
-		{"embedded", nil},
-		{"three servers", []string{"--config", writeConfig(t, poolConfig("", addrs(servers)...))}},
-	} {
+	}
+	targets := []target{
+		{"embedded", "", nil},
+		{"three servers", "", []string{"--config", writeConfig(t, poolConfig("", addrs(servers)...))}},
+	}
+	for _, build := range []string{"", "dev", "main", "a1b2c3d"} {
+		bin := filepath.Join(t.TempDir(), "moxi")
+		out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+build, "-o", bin, "../cmd/moxi").CombinedOutput()
+		if err != nil {
+			t.Fatalf("go build -X main.version=%s: %v\n%s", build, err, out)
+		}
+		targets = append(targets, target{name: fmt.Sprintf("build %q", build), bin: bin})
+	}
+	for _, tc := range targets {
 		t.Run(tc.name, func(t *testing.T) {
-			moxi := startMoxi(t, tc.args...)
+			var moxi *process
+			if tc.bin == "" {
+				moxi = startMoxi(t, tc.args...)
+			} else {
+				moxi = startMoxiBin(t, tc.bin, tc.args...)
+			}
 			servers := "--servers=" + moxi.addr
 			run := func(bin string, args ...string) string {
 				t.Helper()

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/moxi-proxy/moxi"
 	"github.com/moxi-proxy/moxi/internal/admin"
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/frontend"
@@ -31,9 +32,10 @@ import (
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
-// version is set at build time with -ldflags "-X main.version=…". Clients read it as a
-// memcached version (see proxy's versionAnswer), so it stays at 2 or above.
-var version = "2.0.0-dev"
+// version is the build string, set at build time with -ldflags "-X main.version=…" ("" for
+// a plain go build). The release number comes from the VERSION file (moxi.Release); the
+// build string never takes its place in answers that clients parse as a memcached version.
+var version = ""
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -52,25 +54,62 @@ type options struct {
 	twemproxy  string // --from-twemproxy: a nutcracker.yml to print as moxi config
 }
 
-func parseFlags(args []string, stderr io.Writer) (*options, error) {
+// usageHead and usageExamples frame the flags in --help.
+const (
+	usageHead = `moxi is a memcached proxy: applications speak memcached's text, meta or binary protocol
+to it, and it routes each key to the pool and server that own it.
+
+Usage: moxi [flags]
+
+Flags:
+`
+	usageExamples = `
+Examples:
+  moxi                                       a cache on 127.0.0.1:11211 (2 embedded shards), admin on 127.0.0.1:9151
+  moxi --config /etc/moxi/moxi.yaml          serve a topology; SIGHUP or a change of the file reloads it
+  moxi --check --config moxi.yaml            validate a config and print it with every default filled in
+  moxi --from-twemproxy nutcracker.yml       print the moxi config equivalent to a twemproxy one
+`
+)
+
+// usage writes --help: what moxi is, every flag with its meaning, and examples.
+func usage(fs *flag.FlagSet, w io.Writer) {
+	io.WriteString(w, usageHead)
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, meaning := flag.UnquoteUsage(f)
+		name := "--" + f.Name
+		if arg != "" {
+			name += " " + arg
+		}
+		if f.DefValue != "" && f.DefValue != "false" {
+			meaning += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "  %-26s %s\n", name, meaning)
+	})
+	io.WriteString(w, usageExamples)
+}
+
+// parseFlags reads the command line. flag.ErrHelp means --help was asked for; any other
+// error is a usage error, which the caller prints (once).
+func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	fs := flag.NewFlagSet("moxi", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors are returned and printed once by run; --help goes to stdout
 	o := &options{}
 	var listen, admin string
 	fs.StringVar(&o.configPath, "config", "", "YAML topology `file`; without it moxi runs its built-in default (2 embedded shards)")
 	fs.StringVar(&listen, "listen", "", "client `address`, overrides the config's listen")
 	fs.StringVar(&admin, "admin", "", "admin HTTP `address`, overrides the config's admin (\"\" turns it off)")
-	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.BoolVar(&o.check, "check", false, "validate the config, print the effective topology and exit")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.StringVar(&o.twemproxy, "from-twemproxy", "", "print the moxi config equivalent to a twemproxy nutcracker.yml `file` and exit")
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return nil, fs, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return nil, fs, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
@@ -80,7 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			o.admin = &admin
 		}
 	})
-	return o, nil
+	return o, fs, nil
 }
 
 // override applies the address flags to a loaded config.
@@ -105,16 +144,17 @@ func (o *options) override(cfg *config.Config) error {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
+	o, fs, err := parseFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(fs, stdout)
+		return 0
+	}
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "moxi:", err)
+		fmt.Fprintf(stderr, "moxi: %v\nRun moxi --help for the flags.\n", err)
 		return 2
 	}
 	if o.version {
-		fmt.Fprintln(stdout, "moxi", version)
+		fmt.Fprintln(stdout, "moxi", moxi.Version(version))
 		return 0
 	}
 	if o.twemproxy != "" {
@@ -191,7 +231,8 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	front.RegisterMetrics(reg)
 	var rl *reload.Reloader // set below, before the first client connects
 	px := proxy.New(pending.Topology, proxy.Options{
-		Version:         version,
+		Release:         moxi.Release,
+		Build:           moxi.Build(version),
 		Settings:        func() []protocol.Stat { return settingStats(rl.Config()) },
 		Registry:        reg,
 		Connections:     front.Connections,
@@ -206,7 +247,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		Path: o.configPath, Override: o.override, Builder: builder, Swap: px.Swap, Initial: pending.Topology,
 		Logger: logger, Registry: reg, Grace: grace,
 	}, loaded)
-	reg.MustRegister(admin.NewServerCollector(px), admin.NewMigrationCollector(builder), admin.BuildInfo(version))
+	reg.MustRegister(admin.NewServerCollector(px), admin.NewMigrationCollector(builder), admin.BuildInfo(moxi.Version(version)))
 	reg.MustRegister(admin.StandInCollectors(builder.StandIns(), topology.MaxStandInKeys)...)
 
 	var serverTLS func() *tls.Config // nil: plaintext
@@ -250,7 +291,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	if configName == "" {
 		configName = "built-in default"
 	}
-	logger.Info("moxi serving", "version", version, "config", configName, "listen", ln.Addr().String(), "tls", cfg.TLS != nil, "admin", cfg.Admin, "pools", len(cfg.Pools))
+	logger.Info("moxi serving", "version", moxi.Version(version), "config", configName, "listen", ln.Addr().String(), "tls", cfg.TLS != nil, "admin", cfg.Admin, "pools", len(cfg.Pools))
 
 	served := make(chan error, 1)
 	go func() { served <- front.Serve(ln) }()

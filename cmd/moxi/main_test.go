@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moxi-proxy/moxi"
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/tlsfiles"
 	"github.com/moxi-proxy/moxi/internal/tlstest"
@@ -87,7 +88,7 @@ func TestRun(t *testing.T) {
 		stderr []string // substrings stderr must contain
 	}{
 		{name: "version", args: []string{"--version"}, code: 0, stdout: func(t *testing.T, out string) {
-			if want := "moxi " + version + "\n"; out != want {
+			if want := "moxi " + moxi.Version(version) + "\n"; out != want {
 				t.Errorf("stdout %q, want %q", out, want)
 			}
 		}},
@@ -151,6 +152,13 @@ func TestRun(t *testing.T) {
 		{name: "bad log level", args: []string{"--log-level", "loud"}, code: 2, stderr: []string{"--log-level"}},
 		{name: "bad log format", args: []string{"--log-format", "xml"}, code: 2, stderr: []string{"--log-format"}},
 		{name: "unknown flag", args: []string{"--frobnicate"}, code: 2, stderr: []string{"frobnicate"}},
+		{name: "help", args: []string{"--help"}, code: 0, stdout: func(t *testing.T, out string) {
+			for _, want := range []string{"moxi is a memcached proxy", "Usage: moxi [flags]", "--config file", "--from-twemproxy file", "Examples:\n  moxi "} {
+				if !strings.Contains(out, want) {
+					t.Errorf("--help has no %q:\n%s", want, out)
+				}
+			}
+		}},
 		{name: "stray argument", args: []string{"--check", "extra"}, code: 2, stderr: []string{"extra"}},
 	}
 	for _, tt := range tests {
@@ -172,6 +180,10 @@ func TestRun(t *testing.T) {
 			for _, s := range tt.stderr {
 				if !strings.Contains(stderr.String(), s) {
 					t.Errorf("stderr %q does not contain %q", stderr.String(), s)
+				}
+				// A usage error is said once, not by the flag package and again by moxi.
+				if n := strings.Count(stderr.String(), s); tt.code == 2 && n > 1 {
+					t.Errorf("stderr says %q %d times: %q", s, n, stderr.String())
 				}
 			}
 			if tt.code == 0 && stderr.Len() > 0 {

@@ -85,7 +85,7 @@ func TestConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Handler = proxy.New(&topology.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{Version: testVersion, Connections: s.Connections})
+	s.Handler = proxy.New(&topology.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{Release: testVersion, Connections: s.Connections})
 	ts := startServer(t, s)
 
 	stat := func(c *client, name string) string {

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testVersion is the build of the proxy behind the test servers; versionAnswer, its
+// testVersion is the release of the proxy behind the test servers; versionAnswer, its
 // answer to version.
 const testVersion = "1.2.3"
 
@@ -43,7 +43,7 @@ func newProxy(t testing.TB) *proxy.Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return proxy.New(&topology.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{Version: testVersion})
+	return proxy.New(&topology.Topology{Pools: []*pool.Pool{p}, Default: p}, proxy.Options{Release: testVersion})
 }
 
 // countingListener hands out connections that count the server's Write calls.

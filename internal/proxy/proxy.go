@@ -26,7 +26,8 @@ import (
 
 // Options configure a Proxy. The zero value of each field is usable.
 type Options struct {
-	Version  string                // answered to "version"
+	Release  string                // the release number, x.y.z: the number "version" answers
+	Build    string                // the build string, answered after the name when it is not Release
 	Registry prometheus.Registerer // where the request metrics go; nil = not exported
 	// Connections reports the frontend's current and total client connections for "stats";
 	// nil reports zeros.
@@ -81,7 +82,7 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Proxy{opts: opts, version: versionAnswer(opts.Version), started: time.Now()}
+	p := &Proxy{opts: opts, version: versionAnswer(opts.Release, opts.Build), started: time.Now()}
 	p.features = opts.Features
 	if p.features == nil {
 		p.features = route.NewShared(route.Options{Logger: opts.Logger})

@@ -214,11 +214,13 @@ func TestVersion(t *testing.T) {
 	topo, _, _ := twoPools(t)
 	for _, tc := range []struct{ build, answer string }{
 		{"1.2.3", "1.2.3 moxi"},
-		{"0.2.0-dev", "0.2.0 moxi/0.2.0-dev"},
-		{"9.9", "9.9.0 moxi/9.9"},
-		{"dev", "0.0.0 moxi/dev"},
+		{"", "1.2.3 moxi"},
+		{"dev", "1.2.3 moxi/dev"},
+		{"1.2.3-dev", "1.2.3 moxi/1.2.3-dev"},
+		{"9.9", "1.2.3 moxi/9.9"},         // a build string never takes the number's place
+		{"a1b2c3d", "1.2.3 moxi/a1b2c3d"}, // a commit hash starting with a letter
 	} {
-		p := proxy.New(topo, proxy.Options{Version: tc.build})
+		p := proxy.New(topo, proxy.Options{Release: "1.2.3", Build: tc.build})
 		r := handle(p, &protocol.Request{Op: protocol.OpVersion})
 		if len(r) != 1 || r[0].Status != protocol.StatusOK || string(r[0].Value) != tc.answer {
 			t.Errorf("build %q: version answered %+v, want %q", tc.build, r, tc.answer)

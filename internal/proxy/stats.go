@@ -201,8 +201,8 @@ func (p *Proxy) generalStats() []protocol.Stat {
 	c, b := &p.stats, &p.features.Backup
 	ffWritten, ffFailed := p.queue.Counts()
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	tv := func(t syscall.Timeval) string {
-		return strconv.FormatInt(t.Sec, 10) + "." + leftPad(strconv.FormatInt(t.Usec, 10), 6)
+	tv := func(t syscall.Timeval) string { // Usec is an int32 on darwin
+		return strconv.FormatInt(t.Sec, 10) + "." + leftPad(strconv.FormatInt(int64(t.Usec), 10), 6)
 	}
 	return []protocol.Stat{
 		{Name: "pid", Value: strconv.Itoa(os.Getpid())},

@@ -31,7 +31,8 @@ func statsMap(t *testing.T, p *proxy.Proxy, args string) map[string]string {
 func TestStats(t *testing.T) {
 	topo, _, _ := twoPools(t)
 	p := proxy.New(topo, proxy.Options{
-		Version:        "9.9",
+		Release:        "9.9.0",
+		Build:          "9.9",
 		Connections:    func() (uint64, uint64) { return 7, 9 },
 		MaxConnections: 123,
 	})

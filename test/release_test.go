@@ -1,0 +1,60 @@
+package test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/moxi-proxy/moxi"
+)
+
+// TestMakeRelease runs `make release` into a temporary directory: a binary for each
+// platform, named for the release in VERSION, built for that platform, with sums that
+// sha256sum verifies; the one this machine can run prints the release as its version.
+func TestMakeRelease(t *testing.T) {
+	dist := t.TempDir()
+	make := exec.Command("make", "release", "DIST="+dist)
+	make.Dir = ".."
+	if out, err := make.CombinedOutput(); err != nil {
+		t.Fatalf("make release: %v\n%s", err, out)
+	}
+	sums, err := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := exec.Command("sha256sum", "--check", "--strict", "SHA256SUMS")
+	check.Dir = dist
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Fatalf("sha256sum --check: %v\n%s", err, out)
+	}
+	for _, platform := range []string{"linux/amd64", "linux/arm64", "darwin/arm64"} {
+		goos, goarch, _ := strings.Cut(platform, "/")
+		name := fmt.Sprintf("moxi-%s-%s-%s", moxi.Release, goos, goarch)
+		if !bytes.Contains(sums, []byte("  "+name+"\n")) {
+			t.Errorf("SHA256SUMS has no line for %s:\n%s", name, sums)
+		}
+		bin := filepath.Join(dist, name)
+		info, err := exec.Command("go", "version", "-m", bin).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s: %v\n%s", name, err, info)
+			continue
+		}
+		for _, want := range []string{"GOOS=" + goos, "GOARCH=" + goarch, "CGO_ENABLED=0", "-trimpath=true"} {
+			if !bytes.Contains(info, []byte(want)) {
+				t.Errorf("%s was not built with %s:\n%s", name, want, info)
+			}
+		}
+		if goos != runtime.GOOS || goarch != runtime.GOARCH {
+			continue // built by the same command as the one run below
+		}
+		out, err := exec.Command(bin, "--version").Output()
+		if want := "moxi " + moxi.Release + "\n"; err != nil || string(out) != want {
+			t.Errorf("%s --version: %q, %v; want %q", name, out, err, want)
+		}
+	}
+}

@@ -3,7 +3,9 @@
 # 100 requests in one write) to the last answer read, against memcached direct, through
 # twemproxy (nutcracker) and through moxi (and moxi with GOMAXPROCS=1), all in front of the
 # same memcached, and through two byte relays, the floor of a proxy hop: HAProxy in TCP mode
-# with 2 threads, and socat (bench/lib.sh start_relay). Cases: 100 text sets, 100 text single-key gets, 100 binary setq and a noop,
+# with 2 threads, and socat (bench/lib.sh start_relay); and through bench/floor with 1 and 2 event
+# loops, a Go forwarder that frames requests and answers and does nothing else, the floor of a
+# proxy hop that must know where one request ends. Cases: 100 text sets, 100 text single-key gets, 100 binary setq and a noop,
 # 100 meta sets (ms), 100 meta gets (mg) (twemproxy has neither binary nor meta protocol). Each round runs every case against every target in
 # turn, REPS timed repetitions each (bench/pipeline measures); prints the median µs over all
 # rounds and the ratios moxi/twemproxy (text), moxi/direct and relay/direct.
@@ -23,9 +25,14 @@ build_moxi
 go build -o "$work/pipeline" ./bench/pipeline
 start_targets
 rl=$(freeport); start_relay "$rl" "$mc"
+go build -o "$work/floor" ./bench/floor
+fl1=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$fl1" -backend "127.0.0.1:$mc" -loops 1
+fl2=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$fl2" -backend "127.0.0.1:$mc" -loops 2
+waitport "$fl1"; waitport "$fl2"
 
-targets=(direct twemproxy moxi moxi-1thread haproxy relay)
-declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1 [haproxy]=$hp2 [relay]=$rl)
+targets=(direct twemproxy moxi moxi-1thread haproxy relay floor-1loop floor-2loops)
+declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1 [haproxy]=$hp2 [relay]=$rl
+	[floor-1loop]=$fl1 [floor-2loops]=$fl2)
 cases=(set get binary ms mg)
 declare -A title=([set]="text: $N set" [get]="text: $N get" [binary]="binary: $N setq + noop" [ms]="meta: $N ms" [mg]="meta: $N mg")
 # text cases are compared with twemproxy; binary and meta, which it does not speak, with memcached
@@ -54,8 +61,8 @@ done
 
 echo
 echo "median µs over $((ROUNDS * REPS)) pipelines per cell (lower is better); moxi(1proc): GOMAXPROCS=1"
-row() { printf '  %-24s %9s %9s %9s %11s %9s %9s %14s %11s %13s %12s\n' "$@"; }
-row case direct twemproxy moxi "moxi(1proc)" haproxy relay moxi/twemproxy moxi/direct moxi/haproxy relay/direct
+row() { printf '  %-24s %9s %9s %9s %11s %9s %9s %9s %9s %14s %11s %13s %12s %14s\n' "$@"; }
+row case direct twemproxy moxi "moxi(1proc)" haproxy relay floor1 floor2 moxi/twemproxy moxi/direct moxi/haproxy relay/direct floor2/haproxy
 goals=()
 for c in "${cases[@]}"; do
 	d=$(median "$c.direct" %.1f); m=$(median "$c.moxi" %.1f); m1=$(median "$c.moxi-1thread" %.1f); md=$(ratio "$m" "$d")
@@ -69,7 +76,8 @@ for c in "${cases[@]}"; do
 	goal=1.0
 	[ "$c" = get ] && goal=0.5
 	goals+=("${title[$c]}: moxi/haproxy $mh <= $goal $(verdict "$mh" "$goal")")
-	row "${title[$c]}" "$d" "$t" "$m" "$m1" "$hp" "$rd" "$mt" "$md" "$mh" "$(ratio "$rd" "$d")"
+	f1=$(median "$c.floor-1loop" %.1f); f2=$(median "$c.floor-2loops" %.1f)
+	row "${title[$c]}" "$d" "$t" "$m" "$m1" "$hp" "$rd" "$f1" "$f2" "$mt" "$md" "$mh" "$(ratio "$rd" "$d")" "$(ratio "$f2" "$hp")"
 done
 echo "targets:"
 printf '  %s\n' "${goals[@]}"

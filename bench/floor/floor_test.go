@@ -16,8 +16,8 @@ import (
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
-// TestForwardsLikeMemcached sends the same pipelined text and binary streams (sets, hits,
-// misses, a multi-get, a value larger than one read, deletes) to memcached and through
+// TestForwardsLikeMemcached sends the same pipelined text, meta and binary streams (sets,
+// hits, misses, a multi-get, a value larger than one read, deletes, quiet sets) to memcached and through
 // floor, and wants the same answers byte for byte: the bench reference must forward what it
 // claims to, or its figures mean nothing.
 func TestForwardsLikeMemcached(t *testing.T) {
@@ -43,6 +43,11 @@ func TestForwardsLikeMemcached(t *testing.T) {
 		fmt.Fprintf(&text, "set k%d 0 0 %d\r\nval%d\r\nget k%d\r\nget miss%d\r\n", i, len(fmt.Sprint(i))+3, i, i, i)
 	}
 	fmt.Fprintf(&text, "set big 5 0 %d\r\n%s\r\nget k1 big k2 nope\r\ndelete k3\r\ndelete k3\r\nincr n 1\r\n", len(big), big)
+	var meta bytes.Buffer
+	for i := range 50 {
+		fmt.Fprintf(&meta, "ms m%d %d T0 F3\r\nval%d\r\nmg m%d v f\r\nmg nope%d v\r\nmd m%d\r\nmn\r\n", i, len(fmt.Sprint(i))+3, i, i, i, i)
+	}
+	fmt.Fprintf(&meta, "ms mbig %d\r\n%s\r\nmg mbig v k\r\nma n\r\n", len(big), big)
 	var bin1 bytes.Buffer
 	for i := range 50 {
 		key := fmt.Appendf(nil, "b%d", i)
@@ -54,7 +59,12 @@ func TestForwardsLikeMemcached(t *testing.T) {
 	bin1.Write(packet(0x00, 10, []byte("bigb"), nil, nil))
 	bin1.Write(packet(0x04, 11, []byte("b1"), nil, nil))
 	bin1.Write(packet(0x0a, 12, nil, nil, nil))
-	binSize := 50*3 + 4
+	for i := range 100 {
+		bin1.Write(packet(0x11, uint32(3000+i), fmt.Appendf(nil, "q%d", i), make([]byte, 8), []byte("quiet")))
+	}
+	bin1.Write(packet(0x0a, 13, nil, nil, nil))
+	bin1.Write(packet(0x00, 14, []byte("q99"), nil, nil))
+	binSize := 50*3 + 6
 
 	for _, c := range []struct {
 		name    string
@@ -62,6 +72,8 @@ func TestForwardsLikeMemcached(t *testing.T) {
 		answers func(*testing.T, io.Reader) []byte
 	}{
 		{"text", text.Bytes(), func(t *testing.T, r io.Reader) []byte { return readText(t, r, 50*3+5) }},
+		// ms, two mg, md and mn: five answers for each i
+		{"meta", meta.Bytes(), func(t *testing.T, r io.Reader) []byte { return readText(t, r, 50*5+3) }},
 		{"binary", bin1.Bytes(), func(t *testing.T, r io.Reader) []byte { return readBinary(t, r, binSize) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -9,9 +9,11 @@
 // request to one backend connection per protocol, and hands the answers back in order.
 // It only frames requests and answers: no key hashing, no parsing beyond the lengths, no
 // timeouts, failover, metrics or bounds on memory. Each request must get exactly one
-// answer: text storage commands, get/gets, delete, incr/decr, touch…, binary non-quiet
-// commands (what memcaslap and a plain client send); noreply and quiet commands are not
-// supported.
+// answer: text storage commands, get/gets, delete, incr/decr, touch…, meta commands without
+// the q flag (ms, mg, md, ma, mn), binary non-quiet commands (what memcaslap and a plain
+// client send), and binary quiet writes (setq, deleteq… followed by a noop) as long as they
+// succeed: a quiet write's answer is taken to be no answer. noreply, meta q and quiet gets
+// are not supported.
 //
 //	floor -listen 127.0.0.1:21600 -backend 127.0.0.1:11211 -loops 1
 package main
@@ -230,7 +232,9 @@ func (l *loop) requests(c *client) {
 			l.dirty = append(l.dirty, &b.stream)
 		}
 		b.out = append(b.out, c.in[:n]...)
-		b.waiting = append(b.waiting, c)
+		if !c.binary || !quietWrite(c.in[1]) {
+			b.waiting = append(b.waiting, c)
+		}
 		c.in = c.in[n:]
 	}
 	if len(c.in) == 0 {
@@ -315,8 +319,18 @@ func binaryFrame(b []byte) int {
 	return n
 }
 
+// quietWrite reports whether a binary opcode is a quiet write: memcached answers it only
+// when it fails.
+func quietWrite(op byte) bool {
+	switch op {
+	case 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x18, 0x19, 0x1a: // setq addq replaceq deleteq incrq decrq flushq appendq prependq
+		return true
+	}
+	return false
+}
+
 // textRequest is the length of the text request at the start of b (its data block
-// included for a storage command), or 0 while incomplete.
+// included for a storage command or a meta set), or 0 while incomplete.
 func textRequest(b []byte) int {
 	i := bytes.Index(b, []byte("\r\n"))
 	if i < 0 {
@@ -324,15 +338,27 @@ func textRequest(b []byte) int {
 	}
 	n := i + 2
 	f := bytes.Fields(b[:i])
-	if len(f) >= 5 && storage(string(f[0])) {
-		size, err := strconv.Atoi(string(f[4]))
-		if err != nil {
-			size = 0
-		}
+	size := -1
+	switch {
+	case len(f) >= 5 && storage(string(f[0])):
+		size = atoi(f[4])
+	case len(f) >= 3 && string(f[0]) == "ms":
+		size = atoi(f[2])
+	}
+	if size >= 0 {
 		n += size + 2
 		if len(b) < n {
 			return 0
 		}
+	}
+	return n
+}
+
+// atoi is a data block's length token, 0 when it is not a number.
+func atoi(b []byte) int {
+	n, err := strconv.Atoi(string(b))
+	if err != nil || n < 0 {
+		return 0
 	}
 	return n
 }
@@ -346,7 +372,8 @@ func storage(cmd string) bool {
 }
 
 // textAnswer is the length of the text answer at the start of b: VALUE blocks up to the
-// line that is not one (END, or a single-line answer), or 0 while incomplete.
+// line that is not one (END, or a single-line answer), a meta VA line and its data, or 0
+// while incomplete.
 func textAnswer(b []byte) int {
 	at := 0
 	for {
@@ -355,6 +382,13 @@ func textAnswer(b []byte) int {
 			return 0
 		}
 		line := b[at : at+i]
+		if at == 0 && bytes.HasPrefix(line, []byte("VA ")) {
+			f := bytes.Fields(line)
+			if n := i + 2 + atoi(f[1]) + 2; n <= len(b) {
+				return n
+			}
+			return 0
+		}
 		if !bytes.HasPrefix(line, []byte("VALUE ")) {
 			return at + i + 2
 		}
@@ -362,8 +396,7 @@ func textAnswer(b []byte) int {
 		if len(f) < 4 {
 			return at + i + 2
 		}
-		size, _ := strconv.Atoi(string(f[3]))
-		at += i + 2 + size + 2
+		at += i + 2 + atoi(f[3]) + 2
 		if at > len(b) {
 			return 0
 		}

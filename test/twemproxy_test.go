@@ -39,7 +39,7 @@ func TestPlacementMatchesTwemproxy(t *testing.T) {
 					servers = append(servers, form.servers(mc.Addr, i))
 				}
 				flushAll(t, mcs)
-				twem := startNutcracker(t, nutcracker, hash, servers)
+				twem := startNutcracker(t, nutcracker, "  hash: "+hash+"\n", servers)
 				setKeys(t, twem.addr, keys)
 				want := placement(t, mcs, keys)
 
@@ -68,12 +68,63 @@ func TestPlacementMatchesTwemproxy(t *testing.T) {
 	}
 }
 
-func startNutcracker(t *testing.T, bin, hash string, servers []string) *process {
+// startNutcracker runs nutcracker with one ketama pool of servers, settings (its hash…) as
+// nutcracker.yml lines.
+// TestHashTagMatchesTwemproxy: with hash_tag "{}", moxi places keys as nutcracker does —
+// the part between the first "{" and the next "}" after it, when not empty, is hashed —
+// for tagged keys, untagged ones and the edge cases of the rule: an empty tag, a close
+// before the open, two tags, an open with no close.
+func TestHashTagMatchesTwemproxy(t *testing.T) {
+	nutcracker := requireBinary(t, "nutcracker")
+	mcs := cluster(t, 3)
+	var keys []string
+	for i := range 200 {
+		keys = append(keys,
+			fmt.Sprintf("{user%d}:cart", i), fmt.Sprintf("{user%d}:profile", i), fmt.Sprintf("plain:%d", i),
+			fmt.Sprintf("{}empty:%d", i), fmt.Sprintf("}a{:%d", i), fmt.Sprintf("}b{c%d}", i),
+			fmt.Sprintf("x{t%d}y{z}", i), fmt.Sprintf("open{%d", i), fmt.Sprintf("close}%d", i), fmt.Sprintf("%d{}", i))
+	}
+	servers := []string{mcs[0].Addr + ":1", mcs[1].Addr + ":1", mcs[2].Addr + ":1"}
+	for _, hash := range []string{"md5", "fnv1a_64"} {
+		t.Run(hash, func(t *testing.T) {
+			flushAll(t, mcs)
+			twem := startNutcracker(t, nutcracker, "  hash: "+hash+"\n  hash_tag: \"{}\"\n", servers)
+			setKeys(t, twem.addr, keys)
+			want := placement(t, mcs, keys)
+
+			flushAll(t, mcs)
+			moxi := startMoxi(t, "--config", writeConfig(t, poolConfig(
+				"    distribution: ketama\n    hash: "+hash+"\n    hash_tag: \"{}\"\n", servers...)))
+			setKeys(t, moxi.addr, keys)
+			got := placement(t, mcs, keys)
+			differ := 0
+			for i := range keys {
+				if got[i] != want[i] {
+					if differ < 5 {
+						t.Errorf("%s: twemproxy put it on server %d, moxi on %d", keys[i], want[i], got[i])
+					}
+					differ++
+				}
+			}
+			if differ > 0 {
+				t.Errorf("%d of %d keys placed differently", differ, len(keys))
+			}
+			// The tag is what is hashed: a user's keys share a server.
+			for i := 0; i < len(keys); i += 10 {
+				if got[i] != got[i+1] {
+					t.Errorf("%s and %s on different servers", keys[i], keys[i+1])
+				}
+			}
+		})
+	}
+}
+
+func startNutcracker(t *testing.T, bin, settings string, servers []string) *process {
 	t.Helper()
 	addr, stats := freeAddr(t), freeAddr(t)
 	_, statsPort, _ := net.SplitHostPort(stats)
 	var conf strings.Builder
-	fmt.Fprintf(&conf, "alpha:\n  listen: %s\n  hash: %s\n  distribution: ketama\n  timeout: 2000\n  servers:\n", addr, hash)
+	fmt.Fprintf(&conf, "alpha:\n  listen: %s\n%s  distribution: ketama\n  timeout: 2000\n  servers:\n", addr, settings)
 	for _, s := range servers {
 		fmt.Fprintf(&conf, "   - %s\n", s)
 	}

@@ -77,6 +77,7 @@ type Pool struct {
 	Name         string
 	Distribution string   // one of pool.Distributions(): ketama | jump | modula
 	Hash         string   // one of hashkit.Names(), twemproxy's hash names, e.g. md5, fnv1a_64
+	HashTag      string   // twemproxy's hash_tag: "" or two characters around the part of a key that is hashed
 	Servers      []Server // in file order; nil for an embedded pool
 
 	Connections    int           // persistent connections per server

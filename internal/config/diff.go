@@ -116,6 +116,7 @@ func (d *differ) pools(prev, next *Config) {
 func (d *differ) pool(prefix string, a, b *Pool) {
 	d.change(prefix, "distribution", a.Distribution, b.Distribution, "")
 	d.change(prefix, "hash", a.Hash, b.Hash, "")
+	d.change(prefix, "hash_tag", quoteEmpty(a.HashTag), quoteEmpty(b.HashTag), "")
 	d.servers(prefix, a.Servers, b.Servers)
 	d.change(prefix, "connections", a.Connections, b.Connections, "")
 	d.change(prefix, "connect_timeout", a.ConnectTimeout, b.ConnectTimeout, "")

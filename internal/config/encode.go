@@ -91,6 +91,9 @@ func poolNode(p *Pool) *yaml.Node {
 	m := mapNode()
 	put(m, "distribution", strNode(p.Distribution))
 	put(m, "hash", strNode(p.Hash))
+	if p.HashTag != "" {
+		put(m, "hash_tag", strNode(p.HashTag))
+	}
 	if len(p.Servers) > 0 {
 		servers := &yaml.Node{Kind: yaml.SequenceNode}
 		for _, s := range p.Servers {

@@ -280,6 +280,7 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml
 	seen := d.mapping(v, path, map[string]field{
 		"distribution":       d.oneOf(&p.Distribution, "distribution", pool.Distributions()),
 		"hash":               d.oneOf(&p.Hash, "hash", hashkit.Names()),
+		"hash_tag":           d.hashTag(&p.HashTag),
 		"servers":            d.servers(&p.Servers),
 		"connections":        d.integer(&p.Connections, 1, maxPoolConnections),
 		"connect_timeout":    d.duration(&p.ConnectTimeout, true),
@@ -320,6 +321,20 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml
 		d.fail(seen["tls"], join(path, "tls"), "an embedded pool has no servers to reach over TLS")
 	}
 	return seen
+}
+
+// hashTag reads a pool's hash_tag: none, or two characters as twemproxy takes them.
+func (d *decoder) hashTag(dst *string) field {
+	return func(v *yaml.Node, path string) {
+		if !d.scalar(v, path) {
+			return
+		}
+		if len(v.Value) != 0 && len(v.Value) != 2 {
+			d.fail(v, path, `want two characters, the opening and closing ones of the part of a key that is hashed (e.g. "{}"), or "" for the whole key; got %q`, v.Value)
+			return
+		}
+		*dst = v.Value
+	}
 }
 
 // shadow reads a pool's shadow section; pool is required, fraction lies in [0, 1].

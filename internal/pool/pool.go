@@ -3,6 +3,7 @@
 package pool
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -28,6 +29,9 @@ func (m *Member) Up() bool { return m.Server.Up() }
 type Options struct {
 	Distribution string // one of Distributions(); "" is DefaultDistribution
 	Hash         string // one of twemproxy's names (hashkit.Names); "" is DefaultHash
+	// HashTag is twemproxy's hash_tag: "" (the whole key is hashed) or two characters, the
+	// opening and closing ones of the part of a key that is hashed (see hashedPart).
+	HashTag string
 	// Failover sends a dead server's keys to another live server until it recovers:
 	// ketama the next point of a live server, jump a rehash, modula the next live slot.
 	Failover bool
@@ -81,6 +85,9 @@ func New(name string, opts Options, members []Member) (*Pool, error) {
 		}
 		nodes[i] = ketama.Node{Name: m.Name, Weight: m.Weight}
 	}
+	if len(opts.HashTag) != 0 && len(opts.HashTag) != 2 {
+		return nil, fmt.Errorf("pool %s: hash_tag %q: want two characters", name, opts.HashTag)
+	}
 	p := &Pool{name: name, opts: opts, members: members, hash: h}
 	p.alive = p.serving
 	pk, err := newPicker(opts.Distribution, nodes)
@@ -129,10 +136,29 @@ func (p *Pool) Owner(key []byte) int {
 
 // hashOf is key's hash; twemproxy hashes an empty key to 0.
 func (p *Pool) hashOf(key []byte) uint32 {
+	if len(p.opts.HashTag) == 2 {
+		key = hashedPart(key, p.opts.HashTag[0], p.opts.HashTag[1])
+	}
 	if len(key) == 0 {
 		return 0
 	}
 	return p.hash(key)
+}
+
+// hashedPart is the part of key that places it under a hash tag, by nutcracker's rule: the
+// bytes after the first open up to the next close after it, when there are any; else
+// the whole key (no open, no close after it, or nothing between them). So "{user42}:cart"
+// and "{user42}:profile" land on one server.
+func hashedPart(key []byte, open, close byte) []byte {
+	start := bytes.IndexByte(key, open)
+	if start < 0 {
+		return key
+	}
+	end := bytes.IndexByte(key[start+1:], close)
+	if end <= 0 {
+		return key
+	}
+	return key[start+1 : start+1+end]
 }
 
 // serving reports whether member i serves its keys: up, and owing its stand-ins no

@@ -114,6 +114,7 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 		p, err := pool.New(pc.Name, pool.Options{
 			Distribution: pc.Distribution,
 			Hash:         pc.Hash,
+			HashTag:      pc.HashTag,
 			Failover:     pc.Failover,
 			FailoverTTL:  pc.FailoverTTL,
 			StandIns:     b.standIns,

@@ -250,32 +250,67 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	reg.MustRegister(admin.NewServerCollector(px), admin.NewMigrationCollector(builder), admin.BuildInfo(moxi.Version(version)))
 	reg.MustRegister(admin.StandInCollectors(builder.StandIns(), topology.MaxStandInKeys)...)
 
-	var serverTLS func() *tls.Config // nil: plaintext
-	if cfg.TLS != nil {
-		started := cfg.TLS.Config
+	// The main listener, then the config's listeners; each serves TLS with the files the
+	// config in service names for it, so that a reload rotates them.
+	serverTLS := func(started *config.TLS, current func(*config.Config) *config.TLS) (func() *tls.Config, error) {
 		if started == nil {
-			_ = builder.Close(context.Background())
-			return errors.New("listen: the tls files were not loaded")
+			return nil, nil // plaintext
 		}
-		serverTLS = func() *tls.Config {
-			if t := rl.Config().TLS; t != nil {
+		if started.Config == nil {
+			return nil, errors.New("the tls files were not loaded")
+		}
+		return func() *tls.Config {
+			if t := current(rl.Config()); t != nil {
 				return t.Config // rotated at each reload
 			}
-			return started // tls removed from the file: that takes a restart
-		}
+			return started.Config // tls removed from the file: that takes a restart
+		}, nil
 	}
-	ln, err := listen(cfg.Listen, serverTLS, logger)
-	if err != nil {
+	var listeners []net.Listener
+	closeAll := func() {
+		for _, l := range listeners {
+			l.Close()
+		}
 		_ = builder.Close(context.Background())
+	}
+	mainTLS, err := serverTLS(cfg.TLS, func(c *config.Config) *config.TLS { return c.TLS })
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("listen: %w", err)
+	}
+	ln, err := listen(cfg.Listen, mainTLS, logger)
+	if err != nil {
+		closeAll()
 		return listenError("listen", cfg.Listen, "another moxi or memcached? pick another with --listen", err)
+	}
+	listeners = append(listeners, ln)
+	for _, lc := range cfg.Listeners {
+		addr := lc.Listen
+		lnTLS, err := serverTLS(lc.TLS, func(c *config.Config) *config.TLS {
+			for _, l := range c.Listeners {
+				if l.Listen == addr {
+					return l.TLS
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("listener %s: %w", addr, err)
+		}
+		l, err := listen(addr, lnTLS, logger)
+		if err != nil {
+			closeAll()
+			return listenError("listener", addr, "another moxi or memcached? pick another in listeners", err)
+		}
+		listeners = append(listeners, l)
 	}
 	var adminServer *http.Server
 	var draining atomic.Bool // set at SIGINT/SIGTERM: /readyz answers 503 from then on
 	if cfg.Admin != "" {
 		aln, err := net.Listen("tcp", cfg.Admin)
 		if err != nil {
-			ln.Close()
-			_ = builder.Close(context.Background())
+			closeAll()
 			return listenError("admin", cfg.Admin, `another moxi? pick another with --admin, or turn it off with --admin ""`, err)
 		}
 		adminServer = admin.NewServer(
@@ -292,9 +327,17 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		configName = "built-in default"
 	}
 	logger.Info("moxi serving", "version", moxi.Version(version), "config", configName, "listen", ln.Addr().String(), "tls", cfg.TLS != nil, "admin", cfg.Admin, "pools", len(cfg.Pools))
+	for i, lc := range cfg.Listeners {
+		logger.Info("moxi serving", "listener", listeners[i+1].Addr().String(), "default_pool", lc.DefaultPool, "tls", lc.TLS != nil)
+	}
 
-	served := make(chan error, 1)
+	// Every listener's Serve returns when Shutdown closes it; the first to return for
+	// another reason stops moxi.
+	served := make(chan error, len(listeners))
 	go func() { served <- front.Serve(ln) }()
+	for i, lc := range cfg.Listeners {
+		go func() { served <- front.ServeWith(listeners[i+1], px.ForListener(lc.Listen)) }()
+	}
 	watchCtx, stopWatching := context.WithCancel(context.Background())
 	watched := make(chan struct{})
 	go func() { defer close(watched); rl.Watch(watchCtx) }()
@@ -328,7 +371,9 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	if err := front.Shutdown(ctx); err != nil {
 		logger.Warn("shutdown timed out; closed remaining connections", "err", err)
 	}
-	<-served
+	for range listeners {
+		<-served
+	}
 	if err := px.Close(ctx); err != nil {
 		logger.Warn("shutdown timed out writing queued fire-and-forget writes or backup copies", "err", err)
 	}
@@ -363,5 +408,9 @@ func settingStats(cfg *config.Config) []protocol.Stat {
 	return out
 }
 
-// The proxy starts runs without a goroutine waiting for their answers (docs/architecture.md).
-var _ frontend.Starter = (*proxy.Proxy)(nil)
+// The proxy starts runs without a goroutine waiting for their answers (docs/architecture.md),
+// for the clients of every listener.
+var (
+	_ frontend.Starter = (*proxy.Proxy)(nil)
+	_ frontend.Starter = proxy.Listener{}
+)

@@ -35,6 +35,7 @@ import (
 type Config struct {
 	Listen          string        // client address: host:port (host may be empty: all interfaces), or a Unix socket's path (see UnixSocket)
 	TLS             *TLS          // TLS on Listen; nil: plaintext
+	Listeners       []Listener    // more client ports, each with its own default pool (twemproxy's listen per pool); nil when none
 	Admin           string        // HTTP admin address; "" turns the admin server off
 	AdminTokenFile  string        // when set: every admin path but /healthz, /readyz and /metrics needs "Authorization: Bearer <its content>"
 	AdminToken      []byte        // AdminTokenFile's content, surrounding white space removed, as LoadAdminToken read it; nil before and without a file
@@ -110,6 +111,16 @@ type Pool struct {
 type Shadow struct {
 	Pool     string  // another pool's name
 	Fraction float64 // 0 to 1: the share of keys shadowed
+}
+
+// Listener is one more client port: its clients' keys that no route matches go to its
+// DefaultPool rather than the config's. Everything else — routes, limits, the connection
+// bound counted over every listener — is the config's.
+type Listener struct {
+	Listen      string // host:port or a Unix socket's path, as Config.Listen
+	DefaultPool string // set after Parse: the config's DefaultPool when the file gives none
+	TLS         *TLS   // TLS on this port; nil: plaintext. Fields the file leaves out are the top-level tls's
+	Line        int    // of the entry in the file, for messages
 }
 
 // TLS is the tls section: TLS on listen, and then only TLS there.
@@ -289,11 +300,19 @@ func (c *Config) LoadTLS(filename string) error {
 		sum  tlsfiles.Sum
 	}
 	var listen loaded
+	listeners := make([]loaded, len(c.Listeners))
 	pools := make([]loaded, len(c.Pools))
 	if t := c.TLS; t != nil {
 		var err error
 		listen.conf, listen.sum, err = tlsfiles.Server(t.Cert, t.Key, t.ClientCA)
 		d.fileError(t.Line, "tls", err, [][2]string{{"cert", t.Cert}, {"key", t.Key}, {"client_ca", t.ClientCA}})
+	}
+	for i, l := range c.Listeners {
+		if t := l.TLS; t != nil {
+			var err error
+			listeners[i].conf, listeners[i].sum, err = tlsfiles.Server(t.Cert, t.Key, t.ClientCA)
+			d.fileError(t.Line, index("listeners", i)+".tls", err, [][2]string{{"cert", t.Cert}, {"key", t.Key}, {"client_ca", t.ClientCA}})
+		}
 	}
 	for i, p := range c.Pools {
 		if t := p.TLS; t != nil {
@@ -307,6 +326,11 @@ func (c *Config) LoadTLS(filename string) error {
 	}
 	if c.TLS != nil {
 		c.TLS.Config, c.TLS.Sum = listen.conf, listen.sum
+	}
+	for i, l := range c.Listeners {
+		if l.TLS != nil {
+			l.TLS.Config, l.TLS.Sum = listeners[i].conf, listeners[i].sum
+		}
 	}
 	for i, p := range c.Pools {
 		if p.TLS != nil {

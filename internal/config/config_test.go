@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // contractConfig is what CONTRACT.md's example documents, value by value.
@@ -17,9 +20,9 @@ func contractConfig() *Config {
 		Distribution: "ketama",
 		Hash:         "md5",
 		Servers: []Server{
-			{Addr: "127.0.0.1:11212", Weight: 1, Line: 28},
-			{Addr: "127.0.0.1:11213", Weight: 2, Line: 29},
-			{Name: "mc3", Addr: "127.0.0.1:11214", Weight: 1, MigrateFrom: "127.0.0.1:11219", MigrateAt: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), Line: 30},
+			{Addr: "127.0.0.1:11212", Weight: 1, Line: 34},
+			{Addr: "127.0.0.1:11213", Weight: 2, Line: 35},
+			{Name: "mc3", Addr: "127.0.0.1:11214", Weight: 1, MigrateFrom: "127.0.0.1:11219", MigrateAt: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), Line: 36},
 		},
 		Connections:      4,
 		ConnectTimeout:   time.Second,
@@ -34,13 +37,15 @@ func contractConfig() *Config {
 		Embedded:         0,
 		EmbeddedMemoryMB: 64,
 		MigrateRate:      0,
-		TLS:              &PoolTLS{CA: "/etc/moxi/ca.crt", Line: 48},
+		TLS:              &PoolTLS{CA: "/etc/moxi/ca.crt", Line: 54},
 	}
 	spare := NewPool("spare")
-	spare.Servers = []Server{{Addr: "127.0.0.1:11300", Weight: 1, Line: 57}}
+	spare.Servers = []Server{{Addr: "127.0.0.1:11300", Weight: 1, Line: 63}}
 	return &Config{
-		Listen:          "127.0.0.1:11211",
-		TLS:             &TLS{Cert: "/etc/moxi/tls.crt", Key: "/etc/moxi/tls.key", Line: 4},
+		Listen: "127.0.0.1:11211",
+		TLS:    &TLS{Cert: "/etc/moxi/tls.crt", Key: "/etc/moxi/tls.key", Line: 4},
+		Listeners: []Listener{{Listen: "127.0.0.1:22122", DefaultPool: "spare", Line: 8,
+			TLS: &TLS{Cert: "/etc/moxi/tls.crt", Key: "/etc/moxi/tls.key", Line: 10}}},
 		Admin:           "127.0.0.1:9151",
 		ShutdownTimeout: 10 * time.Second,
 		Limits: Limits{MaxConnections: 10000, MaxKeyBytes: 250, MaxValueBytes: 1048576, MaxMultigetKeys: 10000, AllowFlushAll: true,
@@ -54,6 +59,43 @@ func contractConfig() *Config {
 		HotCache:      HotCache{Prefixes: []string{"cfg:", "hot:"}, MaxItems: 100000, MaxBytes: 67108864, TTL: 2 * time.Second},
 		FireAndForget: FireAndForget{Prefixes: []string{"log:", "sess:"}, MaxPending: 10000, MaxPendingBytes: 67108864},
 	}
+}
+
+// yamlKeys is the name of every key c's YAML writes, each once.
+func yamlKeys(t *testing.T, c *Config) []string {
+	t.Helper()
+	b, err := c.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var keys []string
+	// names: n's keys are pool names, not keys.
+	var walk func(n *yaml.Node, names bool)
+	walk = func(n *yaml.Node, names bool) {
+		if n.Kind == yaml.SequenceNode {
+			for _, e := range n.Content {
+				walk(e, false)
+			}
+		}
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i].Value
+			if !names && !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+			walk(n.Content[i+1], !names && k == "pools")
+		}
+	}
+	walk(doc.Content[0], false)
+	return keys
 }
 
 func mustLoad(t *testing.T, path string) *Config {
@@ -99,6 +141,16 @@ func withoutLines(c *Config) *Config {
 		tls.Line = 0
 		out.TLS = &tls
 	}
+	out.Listeners = nil
+	for _, l := range c.Listeners {
+		l.Line = 0
+		if l.TLS != nil {
+			tls := *l.TLS
+			tls.Line = 0
+			l.TLS = &tls
+		}
+		out.Listeners = append(out.Listeners, l)
+	}
 	out.Pools = nil
 	for _, p := range c.Pools {
 		q := *p
@@ -121,8 +173,10 @@ func TestContractExample(t *testing.T) {
 	equal(t, mustLoad(t, "testdata/contract.yaml"), contractConfig())
 }
 
-// TestConfigsDir parses every shipped example; moxi.yaml documents the contract's values
-// and embedded.yaml is exactly Default.
+// TestConfigsDir parses every shipped example; moxi.yaml, which an install copies and then
+// edits, is safe as shipped — one plain pool, every feature off, the features' examples
+// commented out — and names every key of the reference example; embedded.yaml is exactly
+// Default.
 func TestConfigsDir(t *testing.T) {
 	files, err := filepath.Glob("../../configs/*.yaml")
 	if err != nil || len(files) < 3 {
@@ -133,11 +187,22 @@ func TestConfigsDir(t *testing.T) {
 			c := mustLoad(t, f)
 			switch filepath.Base(f) {
 			case "moxi.yaml":
-				// Its tls sections are comments: they name files that a copy of it would
-				// not have.
-				want := withoutLines(contractConfig())
-				want.TLS, want.Pools[0].TLS = nil, nil
-				equal(t, withoutLines(c), want)
+				want := newConfig()
+				main := NewPool("main")
+				main.Servers = []Server{{Addr: "127.0.0.1:11212", Weight: 1}, {Addr: "127.0.0.1:11213", Weight: 1}}
+				want.Pools, want.DefaultPool = []*Pool{main}, "main"
+				got := withoutLines(c)
+				got.HotCache.Prefixes, got.FireAndForget.Prefixes = nil, nil // [] in the file
+				equal(t, got, want)
+				text, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, key := range yamlKeys(t, contractConfig()) {
+					if !regexp.MustCompile(`(?m)^[ #]*(- )?` + regexp.QuoteMeta(key) + `:`).Match(text) {
+						t.Errorf("moxi.yaml has no line for %s, set or commented out", key)
+					}
+				}
 			case "embedded.yaml":
 				equal(t, c, Default())
 			case "twemproxy-migration.yaml":

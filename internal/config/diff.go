@@ -46,6 +46,7 @@ func DiffSince(started, prev, next *Config) []string {
 	live := func(key string, a, b any) { d.change("", key, a, b, "") }
 	restart("listen", quoteEmpty(started.Listen), quoteEmpty(next.Listen))
 	d.listenTLS(started, prev, next)
+	d.listeners(started, prev, next)
 	restart("admin", quoteEmpty(started.Admin), quoteEmpty(next.Admin))
 	live("admin_token_file", quoteEmpty(prev.AdminTokenFile), quoteEmpty(next.AdminTokenFile))
 	if prev.AdminTokenFile == next.AdminTokenFile && !bytes.Equal(prev.AdminToken, next.AdminToken) {
@@ -177,6 +178,34 @@ func (d *differ) listenTLS(started, prev, next *Config) {
 	d.change("", "tls.client_ca", quoteEmpty(a.ClientCA), quoteEmpty(b.ClientCA), "")
 	if a.Sum != b.Sum && a.Cert == b.Cert && a.Key == b.Key && a.ClientCA == b.ClientCA {
 		d.add("tls: files changed (new connections use them)")
+	}
+}
+
+// listeners reports the listeners: their addresses and TLS need a restart (the sockets are
+// opened at startup), and their default pools change at the reload. Listeners are matched
+// by address.
+func (d *differ) listeners(started, prev, next *Config) {
+	addrs := func(c *Config) string {
+		var out []string
+		for _, l := range c.Listeners {
+			out = append(out, l.Listen)
+		}
+		return quoteList(out)
+	}
+	d.change("", "listeners", addrs(started), addrs(next), restartNote)
+	for _, b := range next.Listeners {
+		for _, a := range prev.Listeners {
+			if a.Listen != b.Listen {
+				continue
+			}
+			at := "listeners " + b.Listen + ": "
+			d.change(at, "default_pool", a.DefaultPool, b.DefaultPool, "")
+			d.change(at, "tls", onOff(a.TLS != nil), onOff(b.TLS != nil), restartNote)
+			if a.TLS != nil && b.TLS != nil && (a.TLS.Cert != b.TLS.Cert || a.TLS.Key != b.TLS.Key ||
+				a.TLS.ClientCA != b.TLS.ClientCA || a.TLS.Sum != b.TLS.Sum) {
+				d.add("%stls: files changed (new connections use them)", at)
+			}
+		}
 	}
 }
 

@@ -15,13 +15,20 @@ func (c *Config) YAML() ([]byte, error) {
 	root := mapNode()
 	put(root, "listen", strNode(c.Listen))
 	if t := c.TLS; t != nil {
-		m := mapNode()
-		put(m, "cert", strNode(t.Cert))
-		put(m, "key", strNode(t.Key))
-		if t.ClientCA != "" {
-			put(m, "client_ca", strNode(t.ClientCA))
+		put(root, "tls", tlsNode(t))
+	}
+	if len(c.Listeners) > 0 {
+		list := &yaml.Node{Kind: yaml.SequenceNode}
+		for _, l := range c.Listeners {
+			m := mapNode()
+			put(m, "listen", strNode(l.Listen))
+			put(m, "default_pool", strNode(l.DefaultPool))
+			if l.TLS != nil {
+				put(m, "tls", tlsNode(l.TLS))
+			}
+			list.Content = append(list.Content, m)
 		}
-		put(root, "tls", m)
+		put(root, "listeners", list)
 	}
 	put(root, "admin", strNode(c.Admin))
 	if c.AdminTokenFile != "" {
@@ -85,6 +92,17 @@ func (c *Config) YAML() ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// tlsNode writes a tls section of a listen address.
+func tlsNode(t *TLS) *yaml.Node {
+	m := mapNode()
+	put(m, "cert", strNode(t.Cert))
+	put(m, "key", strNode(t.Key))
+	if t.ClientCA != "" {
+		put(m, "client_ca", strNode(t.ClientCA))
+	}
+	return m
 }
 
 func poolNode(p *Pool) *yaml.Node {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -29,6 +30,7 @@ func (d *decoder) link(c *Config, l *links) {
 		d.fail(l.poolsKey, "default_pool", "required when there is more than one pool")
 	}
 
+	d.linkListeners(c, l)
 	for i, r := range c.Routes {
 		if c.Pool(r.Pool) == nil {
 			d.fail(l.routePools[i], index("routes", i)+".pool", "no pool named %q", r.Pool)
@@ -78,6 +80,34 @@ func (d *decoder) link(c *Config, l *links) {
 			case c.Pool(p.Shadow.Pool) == nil:
 				d.fail(n, at, "no pool named %q", p.Shadow.Pool)
 			}
+		}
+	}
+}
+
+// linkListeners completes the listeners: each default pool exists (the config's when none
+// is given), each address is listened on once, and a tls section takes the fields it
+// leaves out from the top-level tls.
+func (d *decoder) linkListeners(c *Config, l *links) {
+	listened := map[string]string{c.Listen: "listen"}
+	for i := range c.Listeners {
+		ln, nodes, at := &c.Listeners[i], l.listeners[i], index("listeners", i)
+		if earlier, ok := listened[ln.Listen]; ok {
+			d.fail(nodes.entry, join(at, "listen"), "%s is already listened on by %s", ln.Listen, earlier)
+		}
+		listened[ln.Listen] = at
+		switch {
+		case nodes.defaultPool == nil:
+			ln.DefaultPool = c.DefaultPool
+		case c.Pool(ln.DefaultPool) == nil:
+			d.fail(nodes.defaultPool, join(at, "default_pool"), "no pool named %q", ln.DefaultPool)
+		}
+		if t := ln.TLS; t != nil {
+			if top := c.TLS; top != nil {
+				t.Cert = cmp.Or(t.Cert, top.Cert)
+				t.Key = cmp.Or(t.Key, top.Key)
+				t.ClientCA = cmp.Or(t.ClientCA, top.ClientCA)
+			}
+			d.requireCert(t, nodes.tls, join(at, "tls"), nil)
 		}
 	}
 }

@@ -34,7 +34,13 @@ type links struct {
 	warmFrom    map[string]*yaml.Node // pool name -> its `warm_from` value
 	shadows     map[string]*yaml.Node // pool name -> its `shadow.pool` value
 	routePools  []*yaml.Node          // value of each valid route's `pool`, as c.Routes
+	listeners   []listenerNodes       // as c.Listeners
 	twemproxy   bool                  // no pools, but twemproxy pools at the top level: nothing to link
+}
+
+// listenerNodes are the nodes of a listener's entry that link checks.
+type listenerNodes struct {
+	entry, defaultPool, tls *yaml.Node // defaultPool and tls nil when absent
 }
 
 // Parse reads a config file's contents, fills in every default and validates the result.
@@ -125,6 +131,7 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 	seen := d.mapping(root, "", map[string]field{
 		"listen":           d.listenAddr(&c.Listen, false, true),
 		"tls":              func(v *yaml.Node, path string) { c.TLS = d.listenTLS(v, path) },
+		"listeners":        func(v *yaml.Node, path string) { c.Listeners = d.listeners(v, path, l) },
 		"admin":            d.listenAddr(&c.Admin, true, false),
 		"admin_token_file": d.str(&c.AdminTokenFile),
 		"shutdown_timeout": d.duration(&c.ShutdownTimeout, false),
@@ -209,6 +216,17 @@ func (d *decoder) listenAddr(dst *string, offOK, pathOK bool) field {
 
 // listenTLS reads the top-level tls section.
 func (d *decoder) listenTLS(v *yaml.Node, path string) *TLS {
+	t, seen := d.tlsFields(v, path)
+	if t == nil {
+		return nil
+	}
+	d.requireCert(t, v, path, seen)
+	return t
+}
+
+// tlsFields reads the fields of a tls section of a listen address; nil when v is not a
+// mapping.
+func (d *decoder) tlsFields(v *yaml.Node, path string) (*TLS, map[string]*yaml.Node) {
 	t := &TLS{Line: v.Line}
 	seen := d.mapping(v, path, map[string]field{
 		"cert":      d.str(&t.Cert),
@@ -216,8 +234,13 @@ func (d *decoder) listenTLS(v *yaml.Node, path string) *TLS {
 		"client_ca": d.str(&t.ClientCA),
 	})
 	if v.Kind != yaml.MappingNode {
-		return nil
+		return nil, seen
 	}
+	return t, seen
+}
+
+// requireCert reports a tls section at v without its certificate or key.
+func (d *decoder) requireCert(t *TLS, v *yaml.Node, path string, seen map[string]*yaml.Node) {
 	for _, f := range []struct {
 		key, val, what string
 	}{{"cert", t.Cert, "the certificate chain moxi presents"}, {"key", t.Key, "the certificate's private key"}} {
@@ -225,7 +248,49 @@ func (d *decoder) listenTLS(v *yaml.Node, path string) *TLS {
 			d.fail(v, join(path, f.key), "required: the PEM file of %s", f.what)
 		}
 	}
-	return t
+}
+
+// listeners reads the listeners list; the default pools and the tls sections, which
+// depend on the rest of the file, are completed by link.
+func (d *decoder) listeners(v *yaml.Node, path string, l *links) []Listener {
+	if v.Kind != yaml.SequenceNode {
+		d.fail(v, path, "want a list of {listen, default_pool, tls}, got %s", describe(v))
+		return nil
+	}
+	var out []Listener
+	for i, e := range v.Content {
+		e = deref(e)
+		at := index(path, i)
+		if isNull(e) {
+			d.fail(e, at, "empty listener: want {listen, default_pool, tls}")
+			continue
+		}
+		ln := Listener{Line: e.Line}
+		var tlsNode *yaml.Node
+		n := len(d.errs) + d.dropped
+		seen := d.mapping(e, at, map[string]field{
+			"listen":       d.listenAddr(&ln.Listen, false, true),
+			"default_pool": d.str(&ln.DefaultPool),
+			"tls": func(v *yaml.Node, path string) {
+				ln.TLS, _ = d.tlsFields(v, path)
+				tlsNode = v
+			},
+		})
+		if len(d.errs)+d.dropped != n || e.Kind != yaml.MappingNode {
+			continue
+		}
+		if ln.Listen == "" {
+			d.fail(e, join(at, "listen"), "required: the address or Unix socket path of this port")
+			continue
+		}
+		nodes := listenerNodes{entry: e, tls: tlsNode}
+		if dp := seen["default_pool"]; dp != nil && !isNull(dp) {
+			nodes.defaultPool = dp
+		}
+		out = append(out, ln)
+		l.listeners = append(l.listeners, nodes)
+	}
+	return out
 }
 
 // poolTLS reads a pool's tls section; an empty one means TLS verified by the system's roots.

@@ -54,9 +54,10 @@ var (
 // keeps. Its answers are written in request order by its answerQueue (answers.go).
 type conn struct {
 	s       *Server
+	handler Handler // the listener's: Server.Handler, or the one given to ServeWith
 	nc      net.Conn
 	raw     syscall.RawConn // nc's descriptor, for reads and writes that must not wait; nil for TLS
-	starter Starter         // the handler, when it can start runs (see begin); else nil
+	starter Starter         // handler, when it can start runs (see begin); else nil
 
 	// Owned by the reader.
 	//
@@ -95,9 +96,9 @@ type conn struct {
 	rawRead      rawRead   // readIdle's
 }
 
-func newConn(s *Server, nc net.Conn, affinity uint32) *conn {
-	c := &conn{s: s, nc: nc, chain: turn.NewChain(affinity), room: make(chan struct{}, 1)}
-	c.starter, _ = s.Handler.(Starter)
+func newConn(s *Server, h Handler, nc net.Conn, affinity uint32) *conn {
+	c := &conn{s: s, handler: h, nc: nc, chain: turn.NewChain(affinity), room: make(chan struct{}, 1)}
+	c.starter, _ = h.(Starter)
 	switch plain := nc.(type) { // bytes written to the socket are the client's (not TLS's)
 	case *net.TCPConn:
 		c.raw, _ = plain.SyscallConn()
@@ -695,9 +696,9 @@ func (c *conn) run(t *task) {
 		return
 	}
 	if t.single {
-		t.resps = c.s.Handler.Handle(t, t.order(), t.batch, t.resps[:0]) // a run, or a lone request made one for Start
+		t.resps = c.handler.Handle(t, t.order(), t.batch, t.resps[:0]) // a run, or a lone request made one for Start
 	} else {
-		t.resps = c.s.Handler.Handle(t, t.order(), t.alone(&t.req), t.resps[:0])
+		t.resps = c.handler.Handle(t, t.order(), t.alone(&t.req), t.resps[:0])
 	}
 	t.turn.Release()
 	c.s.observe(&t.req, t.resps)
@@ -755,7 +756,7 @@ func (c *conn) stream(t *task) {
 		end := min(first+part, len(keys))
 		sub := t.req
 		sub.Keys = keys[first:end]
-		t.resps = c.s.Handler.Handle(t, t.order(), t.alone(&sub), t.resps[:0])
+		t.resps = c.handler.Handle(t, t.order(), t.alone(&sub), t.resps[:0])
 		avg := c.s.observe(&sub, t.resps)
 		ended, err := c.writeParts(t, &sub, t.resps, first, end == len(keys))
 		clear(t.resps)

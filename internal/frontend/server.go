@@ -186,7 +186,12 @@ func (s *Server) Connections() (current, total uint64) {
 }
 
 // Serve accepts connections on ln until Shutdown or a listener error; it always closes ln.
-func (s *Server) Serve(ln net.Listener) error {
+func (s *Server) Serve(ln net.Listener) error { return s.ServeWith(ln, s.Handler) }
+
+// ServeWith is Serve with h answering the connections of ln instead of s.Handler: a
+// listener with a default pool of its own. The connection bound, the byte budget and
+// Shutdown are s's, over every listener.
+func (s *Server) ServeWith(ln net.Listener, h Handler) error {
 	defer ln.Close()
 	if !s.track(ln) {
 		return ErrServerClosed
@@ -218,7 +223,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		s.total.Add(1)
-		c := newConn(s, nc, uint32(s.total.Load()))
+		c := newConn(s, h, nc, uint32(s.total.Load()))
 		if !s.addConn(c) {
 			s.current.Add(-1)
 			nc.Close()

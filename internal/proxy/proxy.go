@@ -124,21 +124,48 @@ func (p *Proxy) Topology() *topology.Topology { return p.topo.Load().InService(t
 // key, see run) one response each. quit and noop never reach it: they are the
 // connection's business.
 func (p *Proxy) Handle(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
+	return p.handle(ctx, order, "", reqs, resps)
+}
+
+// Listener is the proxy as the clients of the listener at an address see it (config
+// listeners): the keys no route matches go to that listener's default pool
+// (topology.ForListener). Everything else is the proxy's.
+type Listener struct {
+	p    *Proxy
+	addr string
+}
+
+// ForListener is the proxy for the clients of the listener at addr, as the config writes
+// the address.
+func (p *Proxy) ForListener(addr string) Listener { return Listener{p, addr} }
+
+// Handle is Proxy.Handle for the listener's clients.
+func (l Listener) Handle(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
+	return l.p.handle(ctx, order, l.addr, reqs, resps)
+}
+
+// Start is Proxy.Start for the listener's clients.
+func (l Listener) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
+	return l.p.start(ctx, order, l.addr, reqs, resps, done)
+}
+
+// handle is Handle for the clients of the listener at listener ("": the main one).
+func (p *Proxy) handle(ctx context.Context, order *turn.Turn, listener string, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
+	t := p.topo.Load().InService(time.Now()).ForListener(listener)
 	if len(reqs) == 1 {
-		return p.handleOne(ctx, order, &reqs[0], resps)
+		return p.handleOne(ctx, order, t, &reqs[0], resps)
 	}
 	base := len(resps)
 	for range reqs {
 		resps = append(resps, protocol.Response{})
 	}
-	p.run(ctx, order, reqs, resps[base:])
+	p.run(ctx, order, t, reqs, resps[base:])
 	return resps
 }
 
-// handleOne answers a lone request, appending its responses to resps.
-func (p *Proxy) handleOne(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) []protocol.Response {
+// handleOne answers a lone request on t, appending its responses to resps.
+func (p *Proxy) handleOne(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, resps []protocol.Response) []protocol.Response {
 	start := time.Now()
-	t := p.topo.Load().InService(start)
 	base := len(resps)
 	switch {
 	case req.Op.IsRetrieval():

@@ -22,8 +22,13 @@ import (
 // fetches of its keys by others to join only when it leads some itself. It reports false,
 // having done nothing, for anything else: the caller then runs the request as before.
 func (p *Proxy) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
+	return p.start(ctx, order, "", reqs, resps, done)
+}
+
+// start is Start for the clients of the listener at listener ("": the main one).
+func (p *Proxy) start(ctx context.Context, order *turn.Turn, listener string, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
 	begun := time.Now()
-	t := p.topo.Load().InService(begun)
+	t := p.topo.Load().InService(begun).ForListener(listener)
 	pl, m := startable(t, reqs)
 	if m == nil {
 		return false

@@ -66,16 +66,15 @@ func (p *Proxy) enqueue(ctx context.Context, req *protocol.Request) protocol.Res
 // hot cache is answered by handleOne, one request after the other, in order. (What a pool's
 // features and failover add to each request is its servers' business: packages route and
 // pool.)
-func (p *Proxy) run(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response) {
+func (p *Proxy) run(ctx context.Context, order *turn.Turn, t *topology.Topology, reqs []protocol.Request, resps []protocol.Response) {
 	start := time.Now()
-	t := p.Topology().InService(start)
 	b := getWriteBatch()
 	defer putWriteBatch(b)
 	if !b.group(t, reqs) {
 		each, done := order.Defer() // the turn is given on when the run is done
 		defer done()
 		for i := range reqs {
-			p.handleOne(ctx, each, &reqs[i], resps[i:i])
+			p.handleOne(ctx, each, t, &reqs[i], resps[i:i])
 		}
 		return
 	}

@@ -26,6 +26,10 @@ type Topology struct {
 	FireAndForget [][]byte        // prefixes whose writes are answered at once and sent in the background
 	NoFlushAll    bool            // refuse flush_all and binary flush, as memcached -F does (limits.allow_flush_all: false)
 
+	// Listeners are the table as the clients of each further listener see it, by address:
+	// the same but for Default, that listener's default pool. nil when there are none.
+	Listeners map[string]*Topology
+
 	// Next, when set, replaces this table from NextAt on (a config's apply_at): every
 	// request that starts then uses it, however late the timer that installs it fires.
 	Next   *Topology
@@ -46,6 +50,30 @@ func (t *Topology) InService(now time.Time) *Topology {
 func (t *Topology) Until(at time.Time, next *Topology) *Topology {
 	c := *t
 	c.Next, c.NextAt, c.Dedup = next, at, false
+	if t.Listeners != nil {
+		c.Listeners = make(map[string]*Topology, len(t.Listeners))
+		for addr, v := range t.Listeners {
+			c.Listeners[addr] = c.withDefault(v.Default)
+		}
+	}
+	return &c
+}
+
+// ForListener is the table for the clients of the listener at addr: t with that
+// listener's default pool, or t itself for the main listen address and any address the
+// table has no listener for (one a reload dropped: its port stays open until a restart).
+// Call it on the table InService returned: a listener's table has no Next of its own.
+func (t *Topology) ForListener(addr string) *Topology {
+	if v := t.Listeners[addr]; v != nil {
+		return v
+	}
+	return t
+}
+
+// withDefault is a copy of t whose keys that no route matches go to def.
+func (t *Topology) withDefault(def *pool.Pool) *Topology {
+	c := *t
+	c.Default, c.Listeners, c.Next = def, nil, nil
 	return &c
 }
 

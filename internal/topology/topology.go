@@ -153,6 +153,17 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	for _, prefix := range cfg.FireAndForget.Prefixes {
 		t.FireAndForget = append(t.FireAndForget, []byte(prefix))
 	}
+	for _, l := range cfg.Listeners {
+		p := byName[l.DefaultPool]
+		if p == nil {
+			pd.abortLocked()
+			return nil, fmt.Errorf("listener %s: default pool %q does not exist", l.Listen, l.DefaultPool)
+		}
+		if t.Listeners == nil {
+			t.Listeners = map[string]*Topology{}
+		}
+		t.Listeners[l.Listen] = t.withDefault(p)
+	}
 	return pd, nil
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what moxi's tests and benchmarks run against, when missing: memcached,
 # libmemcached-tools (memccapable, memcaslap), nutcracker (twemproxy) and promtool (from the
-# prometheus package: the deploy test checks and unit-tests deploy/prometheus/alerts.yaml), from Debian.
+# prometheus package: the deploy test checks and unit-tests deploy/prometheus/alerts.yaml), from Debian;
+# and kustomize, which the deploy test renders deploy/kubernetes with.
 set -euo pipefail
 missing=()
 command -v memcached >/dev/null || missing+=(memcached)
@@ -14,4 +15,17 @@ if [ ${#missing[@]} -gt 0 ]; then
 	[ "$(id -u)" -eq 0 ] || sudo=sudo
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Debian has no kustomize package, so it is built from its Go module (about 30s on a new
+# machine) into Go's bin directory, where test/deploy_kubernetes_test.go looks when it is not
+# on PATH. Not a dependency in go.mod: only the tests run it. v5.8.2 is the newest that builds
+# with the Go in go.mod (1.26); v5.8.3 wants 1.27.
+kustomize_version=v5.8.2
+PATH=$PATH:/usr/local/go/bin
+gobin=$(go env GOBIN)
+gobin=${gobin:-$(go env GOPATH | cut -d: -f1)/bin}
+if ! command -v kustomize >/dev/null && [ ! -x "$gobin/kustomize" ]; then
+	echo "installing kustomize $kustomize_version into $gobin"
+	GOBIN=$gobin go install "sigs.k8s.io/kustomize/kustomize/v5@$kustomize_version"
 fi

@@ -3,9 +3,13 @@ package test
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +123,128 @@ func TestHashTagMatchesTwemproxy(t *testing.T) {
 	}
 }
 
+// nutcrackerSample is twemproxy's own sample config, conf/nutcracker.yml, as Debian's
+// nutcracker package installs it: five pools, two of them Redis, on ports and a Unix
+// socket of their own, one sharing servers with another.
+const nutcrackerSample = "/usr/share/doc/nutcracker/examples/nutcracker.yml"
+
+// TestConvertTwemproxySample converts twemproxy's sample config: exit 0, its Redis pools
+// named in a warning, and a config --check accepts. Then, with the sample's addresses
+// replaced by live memcached processes and free ports (and hash_tag "{}" added to a
+// memcached pool: the sample's only tagged pool is a Redis one), a live nutcracker and
+// the converted moxi put every key of each memcached pool, written on that pool's own
+// port, on the same server.
+func TestConvertTwemproxySample(t *testing.T) {
+	nutcracker := requireBinary(t, "nutcracker")
+	sample, err := os.ReadFile(nutcrackerSample)
+	if err != nil {
+		t.Fatalf("twemproxy's sample config (from the nutcracker package, which make deps installs): %v", err)
+	}
+	convert := func(path string) string {
+		t.Helper()
+		cmd := exec.Command(moxiBin, "--from-twemproxy", path)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("moxi --from-twemproxy %s: %v\n%s", path, err, stderr.String())
+		}
+		for _, pool := range []string{"alpha", "beta"} {
+			if !strings.Contains(stderr.String(), pool+" is a Redis pool, left out") {
+				t.Errorf("no warning names the Redis pool %s: %q", pool, stderr.String())
+			}
+		}
+		converted := writeConfig(t, stdout.String())
+		if out, err := exec.Command(moxiBin, "--check", "--config", converted).CombinedOutput(); err != nil {
+			t.Fatalf("--check refuses the converted config: %v\n%s\n%s", err, out, stdout.String())
+		}
+		return converted
+	}
+	convert(nutcrackerSample)
+
+	// The sample, live: every address replaced.
+	live := string(sample)
+	servers := map[string]*memcachedtest.Server{}
+	for _, addr := range regexp.MustCompile(`127\.0\.0\.1:112\d\d`).FindAllString(live, -1) {
+		if servers[addr] == nil {
+			servers[addr] = memcachedtest.Start(t)
+		}
+	}
+	for old, mc := range servers {
+		live = strings.ReplaceAll(live, old+":", mc.Addr+":")
+	}
+	ports := map[string]string{}
+	for _, old := range regexp.MustCompile(`listen: (127\.0\.0\.1:221\d\d)`).FindAllStringSubmatch(live, -1) {
+		ports[old[1]] = freeAddr(t)
+		live = strings.Replace(live, old[0], "listen: "+ports[old[1]], 1)
+	}
+	socket := filepath.Join(t.TempDir(), "omega.sock")
+	live = strings.Replace(live, "listen: /tmp/gamma", "listen: "+socket, 1)
+	live = strings.Replace(live, "gamma:\n", "gamma:\n  hash_tag: \"{}\"\n", 1)
+	livePath := filepath.Join(t.TempDir(), "nutcracker.yml")
+	if err := os.WriteFile(livePath, []byte(live), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type memcachedPool struct {
+		name, port string
+		servers    []*memcachedtest.Server
+		keys       []string
+	}
+	pools := []*memcachedPool{{name: "gamma", port: ports["127.0.0.1:22123"]}, {name: "delta", port: ports["127.0.0.1:22124"]}, {name: "omega", port: socket}}
+	for _, p := range pools {
+		section := live[strings.Index(live, p.name+":\n"):]
+		if end := strings.Index(section, "\n\n"); end > 0 {
+			section = section[:end]
+		}
+		for _, m := range regexp.MustCompile(`(127\.0\.0\.1:\d+):\d+`).FindAllStringSubmatch(section, -1) {
+			for _, mc := range servers {
+				if mc.Addr == m[1] {
+					p.servers = append(p.servers, mc)
+				}
+			}
+		}
+		for i := range 300 {
+			p.keys = append(p.keys, fmt.Sprintf("%s:%d", p.name, i*7919), fmt.Sprintf("{%s%d}:cart", p.name, i))
+		}
+	}
+	all := slices.Collect(maps.Values(servers))
+	if len(all) != 12 || len(pools[0].servers) != 2 || len(pools[1].servers) != 10 || len(pools[2].servers) != 2 {
+		t.Fatalf("the sample's memcached servers: %d in all, %d %d %d in gamma, delta, omega; want 12, 2, 10, 2",
+			len(all), len(pools[0].servers), len(pools[1].servers), len(pools[2].servers))
+	}
+
+	_, statsPort, _ := net.SplitHostPort(freeAddr(t))
+	twem := start(t, pools[0].port, nutcracker, "-c", livePath, "-s", statsPort, "-a", "127.0.0.1", "-o", filepath.Join(t.TempDir(), "nutcracker.log"))
+	want := map[string][]int{}
+	for _, p := range pools {
+		flushAll(t, all)
+		setKeys(t, p.port, p.keys)
+		want[p.name] = placement(t, p.servers, p.keys)
+	}
+	twem.stop(t)
+
+	converted := convert(livePath)
+	moxi := launch(t, pools[0].port, moxiBin, true, []string{"--config", converted, "--admin", ""})
+	defer moxi.stop(t)
+	for _, p := range pools {
+		flushAll(t, all)
+		setKeys(t, p.port, p.keys)
+		got := placement(t, p.servers, p.keys)
+		differ := 0
+		for i := range p.keys {
+			if got[i] != want[p.name][i] {
+				differ++
+			}
+		}
+		if differ > 0 {
+			t.Errorf("pool %s: %d of %d keys placed elsewhere than by nutcracker", p.name, differ, len(p.keys))
+		}
+		// omega weighs one server 100,000 times the other: its keys all land there.
+		if used := len(slices.Compact(slices.Sorted(slices.Values(got)))); used < 2 && p.name != "omega" {
+			t.Errorf("pool %s: every key on one server: the comparison proves nothing", p.name)
+		}
+	}
+}
+
 func startNutcracker(t *testing.T, bin, settings string, servers []string) *process {
 	t.Helper()
 	addr, stats := freeAddr(t), freeAddr(t)
@@ -148,10 +274,15 @@ func flushAll(t *testing.T, mcs []*memcachedtest.Server) {
 	}
 }
 
-// setKeys stores each key (value "1") through addr, pipelined in chunks.
+// setKeys stores each key (value "1") through addr (host:port, or a Unix socket's path),
+// pipelined in chunks.
 func setKeys(t *testing.T, addr string, keys []string) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	network := "tcp"
+	if strings.Contains(addr, "/") {
+		network = "unix"
+	}
+	c, err := net.Dial(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

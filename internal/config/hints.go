@@ -24,6 +24,37 @@ func (d *decoder) unknownKey(key string, v *yaml.Node, path string, fields map[s
 	return "unknown key"
 }
 
+// kubernetesObject is what to say of a file that is a Kubernetes object (apiVersion and
+// kind at the top) rather than a moxi config — for a ConfigMap, which file of its data to
+// pass — or "" when it is not one.
+func kubernetesObject(root *yaml.Node) string {
+	var kind string
+	var data *yaml.Node
+	api := false
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		switch k, v := root.Content[i].Value, deref(root.Content[i+1]); k {
+		case "apiVersion":
+			api = true
+		case "kind":
+			kind = v.Value
+		case "data":
+			data = v
+		}
+	}
+	if !api || kind == "" {
+		return ""
+	}
+	if kind != "ConfigMap" {
+		return fmt.Sprintf("this is a Kubernetes %s, not a moxi config", kind)
+	}
+	file := "moxi.yaml"
+	if data != nil && data.Kind == yaml.MappingNode && len(data.Content) > 0 && !slices.ContainsFunc(data.Content, func(n *yaml.Node) bool { return n.Value == file }) {
+		file = data.Content[0].Value
+	}
+	return fmt.Sprintf("this is a Kubernetes ConfigMap, not a moxi config: pass the file it holds, %s "+
+		"(kubectl get configmap NAME -o jsonpath='{.data.%s}' > %s)", file, strings.ReplaceAll(file, ".", `\.`), file)
+}
+
 // twemproxyPool reports whether v looks like the settings of a twemproxy pool: a mapping
 // with servers or listen and no key that only moxi has.
 func twemproxyPool(v *yaml.Node) bool {

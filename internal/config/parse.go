@@ -118,6 +118,10 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 		d.fail(root, "", "want a mapping, got %s", describe(root))
 		return false
 	}
+	if msg := kubernetesObject(root); msg != "" {
+		d.fail(root, "", "%s", msg)
+		return false
+	}
 	twemproxy := false
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		if root.Content[i].Value == "pools" {

@@ -14,7 +14,7 @@ func FuzzConvert(f *testing.F) {
 	f.Add([]byte("gamma:\n  redis: true\n  servers: [127.0.0.1:6379:1]\n"))
 	f.Add([]byte("\t- not yaml"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		out, err := Convert(data, "nutcracker.yml")
+		out, _, err := Convert(data, "nutcracker.yml")
 		if err != nil {
 			return
 		}

@@ -5,8 +5,11 @@
 // and modula place keys as twemproxy does, given the same hash, distribution and server
 // list. So every pool's hash and distribution are written out (twemproxy's defaults,
 // fnv1a_64 and ketama, are not moxi's), and each server entry keeps twemproxy's
-// "host:port:weight [name]" form, which moxi reads with the same ring identity. What moxi
-// cannot do the same way is said in a comment of the output, next to the setting.
+// "host:port:weight [name]" form, which moxi reads with the same ring identity, and a
+// hash_tag is kept. Each pool keeps its own port too: the first memcached pool's listen is
+// moxi's listen, every other pool's is a listener whose default pool it is. What moxi cannot
+// do the same way is said in a comment of the output, next to the setting; Redis pools, which
+// moxi does not serve, are left out with a warning.
 package twemproxyconf
 
 import (
@@ -40,22 +43,36 @@ func (e *Error) Error() string {
 }
 
 // Convert reads a nutcracker.yml's contents and returns the equivalent moxi config, with
-// comments that tell what was left out and why. filename is used in comments and error
-// messages only. A file that twemproxy would not run, or a pool that moxi cannot serve
-// (redis: true), is an error: every such problem, one per line (errors.Join of *Error).
-func Convert(data []byte, filename string) ([]byte, error) {
+// comments that tell what was left out and why, and the warnings to show whoever converts
+// it: one per Redis pool left out (moxi speaks memcached only; most nutcracker files mix
+// both). filename is used in comments and messages only. A file that twemproxy would not
+// run, or one with no memcached pool, is an error: every such problem, one per line
+// (errors.Join of *Error).
+func Convert(data []byte, filename string) (out []byte, warnings []string, err error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", filename, err)
+		return nil, nil, fmt.Errorf("%s: %w", filename, err)
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode || len(doc.Content[0].Content) == 0 {
-		return nil, fmt.Errorf("%s: no pools: a nutcracker.yml is a mapping of pool names to their settings", filename)
+		return nil, nil, fmt.Errorf("%s: no pools: a nutcracker.yml is a mapping of pool names to their settings", filename)
 	}
 	c := &converter{file: filename}
 	top := doc.Content[0]
 	var pools []*twemPool
+	var redis []string
 	for i := 0; i+1 < len(top.Content); i += 2 {
-		pools = append(pools, c.pool(top.Content[i], top.Content[i+1]))
+		p := c.pool(top.Content[i], top.Content[i+1])
+		if p.redis {
+			redis = append(redis, p.name)
+			warnings = append(warnings, fmt.Sprintf("%s:%d: %s is a Redis pool, left out: moxi speaks memcached only; keep it on twemproxy",
+				filename, p.line, p.name))
+			continue
+		}
+		pools = append(pools, p)
+	}
+	if len(pools) == 0 && len(c.errs) == 0 {
+		return nil, nil, fmt.Errorf("%s: no memcached pool: every pool is a Redis one (%s), and moxi speaks memcached only",
+			filename, strings.Join(redis, ", "))
 	}
 	if len(c.errs) > 0 {
 		slices.SortStableFunc(c.errs, func(a, b *Error) int { return a.Line - b.Line })
@@ -63,9 +80,13 @@ func Convert(data []byte, filename string) ([]byte, error) {
 		for i, e := range c.errs {
 			errs[i] = e
 		}
-		return nil, errors.Join(errs...)
+		return nil, nil, errors.Join(errs...)
 	}
-	return render(filename, pools)
+	out, err = render(filename, pools, redis)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, warnings, nil
 }
 
 // converter collects the errors of one Convert.
@@ -84,6 +105,7 @@ type twemPool struct {
 	name     string
 	listen   string // twemproxy's listen, as moxi's listen takes it; "" when absent
 	line     int
+	redis    bool         // redis: true — left out
 	settings []*yaml.Node // key, value, key, value …
 	notes    []string
 }
@@ -114,7 +136,8 @@ func (c *converter) pool(key, v *yaml.Node) *twemPool {
 		got[v.Content[i].Value] = v.Content[i+1]
 	}
 	if r := got["redis"]; r != nil && r.Value == "true" {
-		c.fail(r, at("redis"), "moxi speaks memcached only; keep this redis pool on twemproxy (or leave it out of the file)")
+		p.redis = true
+		return p
 	}
 
 	dist, distNote := defaultDistribution, ""
@@ -181,8 +204,11 @@ func (c *converter) pool(key, v *yaml.Node) *twemPool {
 		case "auto_eject_hosts":
 			// written out below: twemproxy's default (false) is not moxi's
 		case "hash_tag":
-			p.notes = append(p.notes, fmt.Sprintf("WARNING: hash_tag %s is left out: moxi hashes the whole key, so keys "+
-				"that contain the tag are placed differently than by twemproxy", strconv.Quote(n.Value)))
+			if len(n.Value) != 2 {
+				c.fail(n, at(k), "want two characters, e.g. \"{}\", got %s", strconv.Quote(n.Value))
+				continue
+			}
+			p.set("hash_tag", scalar(n.Value), "")
 		case "preconnect":
 			p.notes = append(p.notes, "preconnect is left out: moxi connects to every server at startup")
 		case "client_connections":
@@ -292,12 +318,17 @@ func (c *converter) positive(n *yaml.Node, field string) bool {
 }
 
 // render writes the moxi config for pools: the first pool's listen is moxi's listen and the
-// first pool its default_pool.
-func render(filename string, pools []*twemPool) ([]byte, error) {
+// first pool its default_pool; every other pool with a listen address of its own is served
+// there, by a listener whose default pool it is, as twemproxy served it. redis names the
+// pools left out.
+func render(filename string, pools []*twemPool, redis []string) ([]byte, error) {
 	root := &yaml.Node{Kind: yaml.MappingNode}
 	head := []string{
 		"moxi config converted from " + filename + " by moxi --from-twemproxy.",
 		"Check it with: moxi --check --config FILE. The admin server (metrics, /servers, /reload) is on moxi's default 127.0.0.1:9151; set admin: to move it.",
+	}
+	if len(redis) > 0 {
+		head = append(head, "Left out: the Redis pools "+strings.Join(redis, ", ")+" (moxi speaks memcached only; keep them on twemproxy).")
 	}
 	first := pools[0]
 	if first.listen != "" {
@@ -307,16 +338,26 @@ func render(filename string, pools []*twemPool) ([]byte, error) {
 	} else {
 		first.notes = append(head, first.notes...)
 	}
-	var others []string
+	listeners := &yaml.Node{Kind: yaml.SequenceNode}
+	listenedBy := map[string]string{first.listen: first.name}
 	for _, p := range pools[1:] {
-		if p.listen != "" && p.listen != first.listen {
-			others = append(others, p.name+" ("+p.listen+")")
-			p.notes = append([]string{
-				"twemproxy listened for " + p.name + " on " + p.listen + ". A moxi has one listen address and tells",
-				"pools apart by key prefix, not by port: run one moxi per listen address (--listen " + p.listen + ",",
-				"with a config that holds this pool only), or route a prefix here under routes:.",
-			}, p.notes...)
+		switch earlier, taken := listenedBy[p.listen]; {
+		case p.listen == "":
+			p.notes = append(p.notes, "twemproxy gave "+p.name+" no listen address: here only a route (routes:) reaches it")
+		case taken:
+			p.notes = append(p.notes, "twemproxy listened for "+p.name+" on "+p.listen+", as for "+earlier+
+				": here that port's keys go to "+earlier+"; route a prefix here under routes:")
+		default:
+			listenedBy[p.listen] = p.name
+			listeners.Content = append(listeners.Content, &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
+				scalar("listen"), scalar(p.listen), scalar("default_pool"), scalar(p.name),
+			}})
 		}
+	}
+	if len(listeners.Content) > 0 {
+		k := scalar("listeners")
+		k.HeadComment = "each further pool on its own port, as twemproxy served it"
+		root.Content = append(root.Content, k, listeners)
 	}
 	list := &yaml.Node{Kind: yaml.MappingNode}
 	for _, p := range pools {
@@ -324,12 +365,7 @@ func render(filename string, pools []*twemPool) ([]byte, error) {
 		k.HeadComment = strings.Join(p.notes, "\n")
 		list.Content = append(list.Content, k, &yaml.Node{Kind: yaml.MappingNode, Content: p.settings})
 	}
-	pk := scalar("pools")
-	if len(others) > 0 {
-		pk.HeadComment = "twemproxy served these pools on listen addresses of their own: " + strings.Join(others, ", ") + ";\n" +
-			"here every key goes to " + first.name + " (default_pool) unless a route sends it elsewhere."
-	}
-	root.Content = append(root.Content, pk, list)
+	root.Content = append(root.Content, scalar("pools"), list)
 	root.Content = append(root.Content, scalar("default_pool"), scalar(first.name))
 
 	var b bytes.Buffer

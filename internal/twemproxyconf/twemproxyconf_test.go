@@ -13,7 +13,7 @@ import (
 // convert converts src and parses the result as moxi does, failing the test on any error.
 func convert(t *testing.T, src string) (string, *config.Config) {
 	t.Helper()
-	out, err := Convert([]byte(src), "nutcracker.yml")
+	out, _, err := Convert([]byte(src), "nutcracker.yml")
 	if err != nil {
 		t.Fatalf("Convert: %v\n%s", err, src)
 	}
@@ -127,7 +127,9 @@ func TestConvert(t *testing.T) {
 			}},
 		{"left-out keys are noted", "a:\n  listen: /tmp/tw.sock 0666\n  hash_tag: \"{}\"\n  preconnect: true\n  backlog: 1024\n  frobnicate: 1\n  redis: false\n  servers: [\"h:1:1\"]\n",
 			func(t *testing.T, out string, c *config.Config) {
-				has(t, out, `WARNING: hash_tag "{}" is left out`)
+				if c.Pools[0].HashTag != "{}" {
+					t.Errorf("hash_tag %q, want twemproxy's {}", c.Pools[0].HashTag)
+				}
 				has(t, out, "preconnect is left out")
 				has(t, out, "backlog is left out")
 				has(t, out, "frobnicate (line 6) is left out")
@@ -136,16 +138,25 @@ func TestConvert(t *testing.T) {
 					t.Errorf("listen %q", c.Listen)
 				}
 			}},
-		{"pools on other listen addresses", "a:\n  listen: 127.0.0.1:22121\n  servers: [\"h:1:1\"]\nb:\n  listen: 127.0.0.1:22122\n  servers: [\"h:2:1\"]\nc:\n  listen: 127.0.0.1:22121\n  servers: [\"h:3:1\"]\n",
+		{"pools on listen addresses of their own", "a:\n  listen: 127.0.0.1:22121\n  servers: [\"h:1:1\"]\nb:\n  listen: 127.0.0.1:22122\n  servers: [\"h:2:1\"]\n" +
+			"c:\n  listen: 127.0.0.1:22121\n  servers: [\"h:3:1\"]\nd:\n  listen: /run/d.sock\n  servers: [\"h:4:1\"]\n",
 			func(t *testing.T, out string, c *config.Config) {
-				if c.Listen != "127.0.0.1:22121" || c.DefaultPool != "a" || len(c.Pools) != 3 {
+				if c.Listen != "127.0.0.1:22121" || c.DefaultPool != "a" || len(c.Pools) != 4 {
 					t.Errorf("listen %s, default_pool %s, %d pools", c.Listen, c.DefaultPool, len(c.Pools))
 				}
-				has(t, out, "run one moxi per listen address (--listen 127.0.0.1:22122,")
-				has(t, out, "own: b (127.0.0.1:22122);")
-				if strings.Contains(out, "listen for c") {
-					t.Errorf("c shares a's listen address, but has a note:\n%s", out)
+				want := []config.Listener{{Listen: "127.0.0.1:22122", DefaultPool: "b"}, {Listen: "/run/d.sock", DefaultPool: "d"}}
+				if len(c.Listeners) != 2 || c.Listeners[0].Listen != want[0].Listen || c.Listeners[0].DefaultPool != want[0].DefaultPool ||
+					c.Listeners[1].Listen != want[1].Listen || c.Listeners[1].DefaultPool != want[1].DefaultPool {
+					t.Errorf("listeners %+v, want %+v", c.Listeners, want)
 				}
+				has(t, out, "twemproxy listened for c on 127.0.0.1:22121, as for a")
+			}},
+		{"redis pools left out", "r:\n  listen: 127.0.0.1:22120\n  redis: true\n  servers: [\"h:6379:1\"]\na:\n  listen: 127.0.0.1:22121\n  servers: [\"h:1:1\"]\n",
+			func(t *testing.T, out string, c *config.Config) {
+				if len(c.Pools) != 1 || c.Pools[0].Name != "a" || c.Listen != "127.0.0.1:22121" || len(c.Listeners) != 0 {
+					t.Errorf("pools %v, listen %s, listeners %v: want a alone, on its port", c.Pools, c.Listen, c.Listeners)
+				}
+				has(t, out, "Left out: the Redis pools r (moxi speaks memcached only")
 			}},
 	}
 	for _, tt := range tests {
@@ -163,11 +174,29 @@ func has(t *testing.T, out, want string) {
 	}
 }
 
+// TestRedisWarnings: each Redis pool left out is a warning naming it and its line.
+func TestRedisWarnings(t *testing.T) {
+	src := "r1:\n  redis: true\n  servers: [\"h:6379:1\"]\na:\n  listen: 127.0.0.1:22121\n  servers: [\"h:1:1\"]\nr2:\n  redis: true\n  servers: [\"h:6380:1\"]\n"
+	_, warnings, err := Convert([]byte(src), "nutcracker.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"nutcracker.yml:1: r1 is a Redis pool, left out: moxi speaks memcached only; keep it on twemproxy",
+		"nutcracker.yml:7: r2 is a Redis pool, left out: moxi speaks memcached only; keep it on twemproxy",
+	}
+	if strings.Join(warnings, "\n") != strings.Join(want, "\n") {
+		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(warnings, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // TestConvertErrors: what moxi cannot serve is an error, every one at once, with its place.
 func TestConvertErrors(t *testing.T) {
 	tests := []struct{ name, src, want string }{
-		{"redis pool", "a:\n  listen: 127.0.0.1:22121\n  redis: true\n  servers: [\"h:1:1\"]\n",
-			"nutcracker.yml:3: a.redis: moxi speaks memcached only; keep this redis pool on twemproxy (or leave it out of the file)"},
+		{"only redis pools", "a:\n  listen: 127.0.0.1:22121\n  redis: true\n  servers: [\"h:1:1\"]\n",
+			"nutcracker.yml: no memcached pool: every pool is a Redis one (a), and moxi speaks memcached only"},
+		{"bad hash_tag", "a:\n  listen: 127.0.0.1:22121\n  hash_tag: \"{\"\n  servers: [\"h:1:1\"]\n",
+			"nutcracker.yml:3: a.hash_tag: want two characters, e.g. \"{}\", got \"{\""},
 		{"unix socket server", "a:\n  listen: 127.0.0.1:22121\n  servers: [\"/tmp/mc.sock:1\"]\n",
 			"nutcracker.yml:3: a.servers[0]: /tmp/mc.sock is a Unix socket: moxi reaches servers over TCP only"},
 		{"several", "a:\n  listen: 127.0.0.1:22121\n  hash: sha1\n  timeout: soon\n  servers: [\"h:1:x\"]\n",
@@ -179,7 +208,7 @@ func TestConvertErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := Convert([]byte(tt.src), "nutcracker.yml")
+			out, _, err := Convert([]byte(tt.src), "nutcracker.yml")
 			if err == nil {
 				t.Fatalf("no error; output:\n%s", out)
 			}

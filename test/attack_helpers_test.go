@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// The bounds every attack is held to (see the contract's "Resource bounds"): moxi with its
+// The bounds every attack is held to (docs/resource-bounds.md): moxi with its
 // default limits (64 MiB buffered in all, 4 MiB per connection) stays under maxAttackRSS
 // however its clients behave, and a well-behaved client beside the attack is served
 // without errors and promptly.

@@ -22,7 +22,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
-// operatorMetrics is every family of the CONTRACT's /metrics row. moxi_warmup_reads_total
+// operatorMetrics is every metric family an operator's dashboards and alerts rely on (docs/operating.md). moxi_warmup_reads_total
 // and moxi_shadow_requests_total have series for the pools with warm_from or shadow only:
 // the config below has one (how they move: warmup_test.go, shadow_test.go).
 var operatorMetrics = []string{

@@ -21,7 +21,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
-// The failure settings of these tests, and the bounds the contract derives from them.
+// The failure settings of these tests, and the bounds docs/operating.md derives from them.
 const (
 	testTimeout      = 250 * time.Millisecond
 	testRetries      = 1

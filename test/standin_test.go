@@ -10,7 +10,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
-// The tests of this file check CONTRACT §Failover: a key written to a stand-in while its
+// The tests of this file check the failover rules (docs/operating.md): a key written to a stand-in while its
 // server was dead never reads older afterwards, whether the server was only unreachable
 // (its data kept), comes back and dies again, or flaps under load.
 

@@ -1,4 +1,4 @@
-// Package admin is the operator's view of a running moxi: the HTTP endpoints of the contract
+// Package admin is the operator's view of a running moxi: the HTTP endpoints of docs/operating.md
 // (/metrics, /healthz, /readyz, /servers, /migrations, /reload, /config, /debug/pprof/) and
 // the Prometheus collectors that read the running topology at scrape time.
 package admin
@@ -49,7 +49,7 @@ type Sources struct {
 // neither changes nor reveals the config.
 var openPaths = map[string]bool{"/metrics": true, "/healthz": true, "/readyz": true}
 
-// Handler serves the admin HTTP endpoints of the contract.
+// Handler serves the admin HTTP endpoints (docs/operating.md).
 func Handler(src Sources) http.Handler {
 	reg, rl := src.Registry, src.Reloader
 	mux := http.NewServeMux()

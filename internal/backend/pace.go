@@ -10,7 +10,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/sockpeek"
 )
 
-// The pace an answer must keep once it has begun (the contract): answerPaceBytes of it, or
+// The pace an answer must keep once it has begun (docs/resource-bounds.md): answerPaceBytes of it, or
 // the rest of it, in every answerPaceWindow while moxi reads it. A call's timeout measures
 // the server's silence only, and a server that drips a byte now and then is never silent:
 // without a pace it would hold every request on its connection forever.

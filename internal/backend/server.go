@@ -46,7 +46,7 @@ type Options struct {
 	dial func(ctx context.Context) (net.Conn, error) // tests: replaces Dial
 }
 
-// MaxInFlight is the contract's bound on the requests waiting for one server at a time.
+// MaxInFlight is the documented bound (docs/resource-bounds.md) on the requests waiting for one server at a time.
 const MaxInFlight = 4096
 
 func (o *Options) setDefaults() {

@@ -1,7 +1,7 @@
 // Package config reads moxi's YAML topology file into a validated Config with every
 // default filled in.
 //
-// The file format is fixed by the project's CONTRACT ("Config file (YAML)"). Parsing goes
+// The file format is documented key by key in docs/configuration.md. Parsing goes
 // through yaml.Node rather than struct tags so that an unknown key, a bad value or a
 // dangling reference is reported with the file, the line and the field path
 // ("moxi.yaml:14: pools.main.conections: unknown key"), and so that an absent key can be
@@ -10,7 +10,7 @@
 //
 // The rest of the package serves what surrounds a loaded Config: Config.YAML writes it
 // back out for --check and GET /config, Diff tells a reload what changed, and Default and
-// NewPool hand other packages the contract's defaults.
+// NewPool hand other packages the documented defaults.
 package config
 
 import (
@@ -180,7 +180,7 @@ type FireAndForget struct {
 	MaxPendingBytes int // the same bound in bytes of keys + values queued
 }
 
-// The contract's defaults: moxi's one table of them. Parse starts from them, and other
+// The documented defaults (docs/configuration.md): moxi's one table of them. Parse starts from them, and other
 // packages read them through Default and NewPool rather than repeating the numbers.
 const (
 	defaultListen          = "127.0.0.1:11211"
@@ -240,7 +240,7 @@ func newConfig() *Config {
 	}
 }
 
-// NewPool returns a pool called name with every default of the contract and neither
+// NewPool returns a pool called name with every documented default and neither
 // servers nor embedded shards: what Parse starts each pool from, and where other packages
 // find a pool setting's default. Each call returns a new Pool.
 func NewPool(name string) *Pool {
@@ -264,7 +264,7 @@ func NewPool(name string) *Pool {
 // Default is the topology moxi runs without --config: clients on 127.0.0.1:11211, admin on
 // 127.0.0.1:9151, and one pool "main" of 2 embedded shards, so that `moxi` alone is a
 // working cache. configs/embedded.yaml is the same topology written out. Its top-level
-// settings are the contract's defaults. Each call returns a new Config.
+// settings are the documented defaults. Each call returns a new Config.
 func Default() *Config {
 	c := newConfig()
 	p := NewPool("main")

@@ -13,7 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// contractConfig is what CONTRACT.md's example documents, value by value.
+// contractConfig is what the reference example (testdata/contract.yaml, docs/configuration.md) documents, value by value.
 func contractConfig() *Config {
 	main := &Pool{
 		Name:         "main",
@@ -396,7 +396,7 @@ func TestLoadMissingFile(t *testing.T) {
 	}
 }
 
-// BenchmarkParse measures a reload's parsing cost on the contract's example.
+// BenchmarkParse measures a reload's parsing cost on the reference example.
 func BenchmarkParse(b *testing.B) {
 	data, err := os.ReadFile("testdata/contract.yaml")
 	if err != nil {

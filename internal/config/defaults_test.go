@@ -3,7 +3,7 @@ package config
 import "testing"
 
 // TestDefaultYAML pins what `moxi --check` prints for the built-in default: every value is
-// the contract's documented default, written out in the file's key order.
+// the documented default (docs/configuration.md), written out in the file's key order.
 func TestDefaultYAML(t *testing.T) {
 	const want = `listen: 127.0.0.1:11211
 admin: 127.0.0.1:9151

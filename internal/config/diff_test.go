@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestDiff changes one thing (or a few) in the contract's example and checks the exact
+// TestDiff changes one thing (or a few) in the reference example and checks the exact
 // lines.
 func TestDiff(t *testing.T) {
 	tests := []struct {

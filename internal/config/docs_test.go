@@ -10,13 +10,13 @@ import (
 )
 
 // TestBoundsPageKeys keeps docs/resource-bounds.md in step with the config: every key it
-// names in backquotes exists, and every bound of the contract's "Resource bounds" is named.
+// names in backquotes exists, and every bound of the reference example is named.
 func TestBoundsPageKeys(t *testing.T) {
 	page, err := os.ReadFile("../../docs/resource-bounds.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The keys of the contract's example, pools written as pools.*.
+	// The keys of the reference example, pools written as pools.*.
 	b, err := contractConfig().YAML()
 	if err != nil {
 		t.Fatal(err)

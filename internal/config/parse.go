@@ -435,7 +435,7 @@ func (d *decoder) shadow(v *yaml.Node, path string) *Shadow {
 		if s.Fraction > 0 {
 			d.fail(v, join(path, "pool"), "required with a fraction: the pool that shadow requests go to")
 		}
-		return nil // pool "" (the contract's example): no shadow
+		return nil // pool "" (the reference example's): no shadow
 	}
 	return s
 }

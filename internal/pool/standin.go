@@ -12,7 +12,7 @@ import (
 
 // StandIns remembers the keys written to a stand-in while their server was not serving, so
 // that before the server serves again those keys are deleted on the stand-in and on the
-// server itself (CONTRACT §Failover). Without that, a server that was only unreachable (its
+// server itself (docs/operating.md, failover). Without that, a server that was only unreachable (its
 // data kept) would answer values older than the ones written meanwhile, and one that came
 // back and died again would hand its keys back to a stand-in holding older values.
 //

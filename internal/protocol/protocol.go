@@ -264,7 +264,7 @@ type Stat struct {
 }
 
 // Limits bound what a decoder accepts before it allocates anything.
-// The zero value is not useful; DefaultLimits has the contract's defaults.
+// The zero value is not useful; DefaultLimits has the documented defaults.
 type Limits struct {
 	MaxKeyBytes     int // longest key (memcached: 250)
 	MaxValueBytes   int // longest data block
@@ -275,7 +275,7 @@ type Limits struct {
 // MaxKeyLength is memcached's own limit on a key's length, and the default limit.
 const MaxKeyLength = 250
 
-// DefaultLimits are the contract's defaults (the config's limits start from them).
+// DefaultLimits are the documented defaults (the config's limits start from them).
 func DefaultLimits() Limits {
 	return Limits{
 		MaxKeyBytes:     MaxKeyLength,

@@ -50,7 +50,8 @@ func inBackground(t *topology.Topology, req *protocol.Request) bool {
 }
 
 // enqueue queues a fire-and-forget write and answers it: STORED, before the server has
-// seen it (that is the point), or a SERVER_ERROR when the queue is full.
+// seen it (that is the point). A full queue makes it wait for room (back-pressure); it
+// answers SERVER_ERROR only when the client's context ends first (shutdown).
 func (p *Proxy) enqueue(ctx context.Context, req *protocol.Request) protocol.Response {
 	if err := p.queue.Enqueue(ctx, req); err != nil {
 		return protocol.Response{Status: protocol.StatusTempFailure, Msg: "fire-and-forget: " + err.Error()}

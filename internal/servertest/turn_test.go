@@ -36,7 +36,7 @@ func newClient(t *testing.T) *client {
 // turn observes cannot tell one dispatch from two (the second is a no-op on a released
 // turn). A second dispatch matters where the turn was split (Turn.Split, a multi-key get
 // over several servers): it gives the turn on before the other shares are on their way.
-// The count says exactly what the contract says: one call per request, or per batch.
+// The count says exactly what pool.Server's doc says: one call per request, or per batch.
 type request struct {
 	ctx         context.Context
 	own, behind *turn.Turn

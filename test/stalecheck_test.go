@@ -161,7 +161,7 @@ func startTier(t *testing.T, yaml string) [2]tierProxy {
 }
 
 // inTier is yaml as a tier whose clients read through one proxy what they wrote through the
-// other is configured (README, "Hot keys"): without dedup, whose shared fetches only a
+// other is configured (docs/configuration.md, "Hot keys"): without dedup, whose shared fetches only a
 // write through the same proxy ends, so that a get may otherwise join a fetch that left
 // before the other proxy's write was applied.
 func inTier(yaml string) string { return "dedup: false\n" + yaml }

@@ -63,11 +63,11 @@ type Limits struct {
 	MaxMultigetKeys int  // keys in one get/gets line
 	AllowFlushAll   bool // false: flush_all, binary flush and cache_memlimit are refused, as memcached -F refuses flush_all
 
-	// The byte account of client connections (see the README's "Resource bounds"): requests
+	// The byte account of client connections (docs/resource-bounds.md): requests
 	// received but not finished and answers not yet written, per connection and in total.
 	MaxBufferedBytes   int
 	MaxConnectionBytes int
-	// MaxBackgroundBytes bounds backup copies, shadow requests and replica writes queued at once.
+	// MaxBackgroundBytes bounds backup copies and shadow requests queued at once.
 	MaxBackgroundBytes int
 	RequestTimeout     time.Duration // a request whose first byte arrived must be complete within this
 	WriteTimeout       time.Duration // a client must take 64 KiB of its pending answers, or all of them, within this
@@ -98,7 +98,7 @@ type Pool struct {
 	TLS              *PoolTLS // TLS to the servers; nil: plaintext
 
 	// WarmFrom is another pool's name, or "": a get that misses on this pool is read there,
-	// answered and copied here (see the README's "Warm-up and shadow pools"). That pool
+	// answered and copied here (docs/migration.md). That pool
 	// must not have a WarmFrom of its own.
 	WarmFrom string
 	// Shadow, when set, mirrors the requests of a share of this pool's keys to another pool.

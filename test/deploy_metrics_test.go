@@ -18,6 +18,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/moxi-proxy/moxi/internal/dnstest"
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
@@ -65,6 +66,8 @@ var exportedFamilies = []exportedMetric{
 	{"moxi_migration_keys_copied", dto.MetricType_GAUGE, []string{"pool", "server"}},
 	{"moxi_migration_keys_listed", dto.MetricType_GAUGE, []string{"pool", "server"}},
 	{"moxi_migration_phase", dto.MetricType_GAUGE, []string{"pool", "server", "phase"}},
+	// Servers from DNS (internal/discover).
+	{"moxi_discovery_errors_total", dto.MetricType_COUNTER, []string{"pool"}},
 	// Config reloads and the build (internal/reload, internal/admin).
 	{"moxi_config_reloads_total", dto.MetricType_COUNTER, []string{"result"}},
 	{"moxi_config_last_reload_successful", dto.MetricType_GAUGE, nil},
@@ -436,7 +439,14 @@ func TestDeployMetricsExported(t *testing.T) {
 	}
 	seed.Close()
 
+	// A pool that follows a DNS name: its errors counter exists from the start.
+	dns := dnstest.Start(t)
+	dns.SetIPs("found.test", "127.0.0.1")
+	_, mcPort, _ := net.SplitHostPort(mc.Addr)
+
 	cfg := writeConfig(t, fmt.Sprintf(`pools:
+  found:
+    discover: {dns: found.test., port: %s, resolver: %q}
   main:
     timeout: 2s
     migrate_rate: 1
@@ -463,7 +473,7 @@ hot_cache:
   prefixes: ["hot:"]
 fire_and_forget:
   prefixes: ["ff:"]
-`, mc.Addr, newMC.Addr, oldMC.Addr, freeAddr(t)))
+`, mcPort, dns.Addr, mc.Addr, newMC.Addr, oldMC.Addr, freeAddr(t)))
 	admin := freeAddr(t)
 	p := startMoxi(t, "--config", cfg, "--admin", admin)
 	if err := memcachedtest.WaitListening(admin, 5*time.Second); err != nil {

@@ -121,6 +121,22 @@ func start(t testing.TB, addr, name string, args ...string) *process {
 // launch is start; moxi says whether the process is a moxi to check for data races.
 func launch(t testing.TB, addr, name string, moxi bool, args []string) *process {
 	t.Helper()
+	p := spawn(t, addr, name, moxi, args)
+	if err := p.waitListening(20 * time.Second); err != nil {
+		t.Fatalf("%s on %s: %v\n%s", name, addr, err, p.out.String())
+	}
+	return p
+}
+
+// startMoxiNoWait starts the suite's moxi listening on listen, without waiting for it to.
+func startMoxiNoWait(t testing.TB, listen string, args ...string) *process {
+	t.Helper()
+	return spawn(t, listen, moxiBin, true, append([]string{"--listen", listen}, args...))
+}
+
+// spawn starts name with args; addr is where it will listen.
+func spawn(t testing.TB, addr, name string, moxi bool, args []string) *process {
+	t.Helper()
 	cmd := exec.Command(name, args...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -136,9 +152,6 @@ func launch(t testing.TB, addr, name string, moxi bool, args []string) *process 
 		close(p.exited)
 	}()
 	t.Cleanup(func() { p.stop(t) })
-	if err := p.waitListening(20 * time.Second); err != nil {
-		t.Fatalf("%s on %s: %v\n%s", name, addr, err, out.String())
-	}
 	return p
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/moxi-proxy/moxi"
 	"github.com/moxi-proxy/moxi/internal/admin"
 	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/discover"
 	"github.com/moxi-proxy/moxi/internal/frontend"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
@@ -211,6 +213,32 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	}, []string{"pool", "server"})
 	reg.MustRegister(latency)
 
+	// Pools whose servers come from DNS: their names are asked now, and moxi serves once
+	// each has answered. A later answer that changes a list is applied as a reload with
+	// that list would be (rl.Refresh), once the reloader exists.
+	disc := discover.New(cfg, discover.Options{Registry: reg, Logger: logger})
+	var rl *reload.Reloader // set below, before the first client connects
+	rlReady := make(chan struct{})
+	discCtx, stopDiscovery := context.WithCancel(context.Background())
+	discovering := make(chan struct{})
+	go func() {
+		defer close(discovering)
+		disc.Run(discCtx, func(pool string) {
+			select {
+			case <-rlReady:
+				_, _ = rl.Refresh("DNS answer for pool "+pool, disc.Filled)
+			case <-discCtx.Done():
+			}
+		})
+	}()
+	defer func() { stopDiscovery(); <-discovering }()
+	if err := waitForDiscovery(disc, cfg.Admin, reg, logger); err != nil {
+		return err
+	}
+	if err := disc.Fill(cfg); err != nil {
+		return err
+	}
+
 	features := route.NewShared(route.Options{MaxBackgroundBytes: cfg.Limits.MaxBackgroundBytes, Registry: reg, Logger: logger})
 	builder := &topology.Builder{Logger: logger, Dial: true, Latency: latency, Features: features}
 	pending, err := builder.Build(cfg)
@@ -229,7 +257,6 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		Logger:             logger,
 	}
 	front.RegisterMetrics(reg)
-	var rl *reload.Reloader // set below, before the first client connects
 	px := proxy.New(pending.Topology, proxy.Options{
 		Release:         moxi.Release,
 		Build:           moxi.Build(version),
@@ -243,10 +270,17 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		Logger:          logger,
 	})
 	front.Handler, front.Rejected = px, px.CountRejected
+	override := func(c *config.Config) error {
+		if err := o.override(c); err != nil {
+			return err
+		}
+		return disc.Fill(c)
+	}
 	rl = reload.New(reload.Options{
-		Path: o.configPath, Override: o.override, Builder: builder, Swap: px.Swap, Initial: pending.Topology,
+		Path: o.configPath, Override: override, Builder: builder, Swap: px.Swap, Initial: pending.Topology,
 		Logger: logger, Registry: reg, Grace: grace,
 	}, loaded)
+	close(rlReady)
 	reg.MustRegister(admin.NewServerCollector(px), admin.NewMigrationCollector(builder), admin.BuildInfo(moxi.Version(version)))
 	reg.MustRegister(admin.StandInCollectors(builder.StandIns(), topology.MaxStandInKeys)...)
 
@@ -382,6 +416,33 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	}
 	_ = builder.Close(ctx)
 	logger.Info("stopped")
+	return nil
+}
+
+// waitForDiscovery waits until every discover pool's name has answered, serving the admin
+// address meanwhile (/readyz 503), or until SIGINT or SIGTERM.
+func waitForDiscovery(disc *discover.Set, adminAddr string, reg *prometheus.Registry, logger *slog.Logger) error {
+	pending := disc.Pending()
+	if len(pending) == 0 {
+		return nil
+	}
+	logger.Info("waiting for the DNS answers of discover pools", "pools", pending)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if adminAddr != "" {
+		aln, err := net.Listen("tcp", adminAddr)
+		if err != nil {
+			return listenError("admin", adminAddr, `another moxi? pick another with --admin, or turn it off with --admin ""`, err)
+		}
+		waiting := func() string { return "no DNS answer yet for the servers of pool " + strings.Join(disc.Pending(), ", ") }
+		srv := admin.NewServer(admin.Starting(reg, waiting), admin.DefaultBounds, slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
+		go func() { _ = srv.Serve(admin.Listen(aln, admin.DefaultBounds)) }()
+		defer srv.Close() // the admin server proper takes the address over
+	}
+	if err := disc.Wait(ctx); err != nil {
+		return err
+	}
+	logger.Info("discover pools answered", "pools", pending)
 	return nil
 }
 

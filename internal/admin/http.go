@@ -49,6 +49,24 @@ type Sources struct {
 // neither changes nor reveals the config.
 var openPaths = map[string]bool{"/metrics": true, "/healthz": true, "/readyz": true}
 
+// Starting serves the admin address while moxi waits to serve (the first DNS answers of
+// its discover pools): /healthz answers ok, /metrics the registry, and /readyz — every
+// other path too — 503 with waiting's reason.
+func Starting(reg prometheus.Gatherer, waiting func() string) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "starting: "+waiting()+"\n")
+	})
+	return mux
+}
+
 // Handler serves the admin HTTP endpoints (docs/operating.md).
 func Handler(src Sources) http.Handler {
 	reg, rl := src.Registry, src.Reloader

@@ -91,11 +91,12 @@ type Pool struct {
 	Failover       bool          // route a dead server's keys to the next live one
 	FailoverTTL    time.Duration // cap on the expiry of writes that land on a stand-in
 
-	Backup           string   // another pool's name, or ""
-	Embedded         int      // N > 0: N in-process shards instead of Servers
-	EmbeddedMemoryMB int      // memory bound of each embedded shard
-	MigrateRate      int      // keys/s cap of a migration's background copy; 0 = unlimited
-	TLS              *PoolTLS // TLS to the servers; nil: plaintext
+	Backup           string    // another pool's name, or ""
+	Embedded         int       // N > 0: N in-process shards instead of Servers
+	Discover         *Discover // the server list comes from DNS instead of the file; nil: Servers
+	EmbeddedMemoryMB int       // memory bound of each embedded shard
+	MigrateRate      int       // keys/s cap of a migration's background copy; 0 = unlimited
+	TLS              *PoolTLS  // TLS to the servers; nil: plaintext
 
 	// WarmFrom is another pool's name, or "": a get that misses on this pool is read there,
 	// answered and copied here (docs/migration.md). That pool
@@ -121,6 +122,18 @@ type Listener struct {
 	DefaultPool string // set after Parse: the config's DefaultPool when the file gives none
 	TLS         *TLS   // TLS on this port; nil: plaintext. Fields the file leaves out are the top-level tls's
 	Line        int    // of the entry in the file, for messages
+}
+
+// Discover is a pool's discover section: its servers are the answers of a DNS name, asked
+// again every Interval (package discover). Parse leaves the pool's Servers empty; moxi
+// fills them from the answers before a config is built.
+type Discover struct {
+	DNS         string        // the name: its A/AAAA records, or with SRV its SRV records
+	Port        int           // the port of A/AAAA servers
+	SRV         bool          // SRV records: ring name = target host name, weight = SRV weight
+	Interval    time.Duration // how often the name is resolved again
+	RemoveAfter time.Duration // a server missing from the answers is removed only after this long
+	Resolver    string        // host:port of the DNS server to ask; "" = the system's resolver
 }
 
 // TLS is the tls section: TLS on listen, and then only TLS there.
@@ -203,6 +216,9 @@ const (
 	defaultFailureLimit     = 2
 	defaultDeadBackoff      = 100 * time.Millisecond
 	defaultDeadBackoffMax   = 10 * time.Second
+	defaultDiscoverPort     = 11211
+	defaultDiscoverInterval = 10 * time.Second
+	defaultRemoveAfter      = 60 * time.Second
 	defaultFailoverTTL      = 5 * time.Minute
 	defaultEmbeddedMemoryMB = 64
 

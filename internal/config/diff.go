@@ -118,6 +118,7 @@ func (d *differ) pool(prefix string, a, b *Pool) {
 	d.change(prefix, "distribution", a.Distribution, b.Distribution, "")
 	d.change(prefix, "hash", a.Hash, b.Hash, "")
 	d.change(prefix, "hash_tag", quoteEmpty(a.HashTag), quoteEmpty(b.HashTag), "")
+	d.change(prefix, "discover", discoverLine(a.Discover), discoverLine(b.Discover), restartNote)
 	d.servers(prefix, a.Servers, b.Servers)
 	d.change(prefix, "connections", a.Connections, b.Connections, "")
 	d.change(prefix, "connect_timeout", a.ConnectTimeout, b.ConnectTimeout, "")
@@ -207,6 +208,18 @@ func (d *differ) listeners(started, prev, next *Config) {
 			}
 		}
 	}
+}
+
+// discoverLine is a discover section in one line, "off" when there is none.
+func discoverLine(dc *Discover) string {
+	if dc == nil {
+		return "off"
+	}
+	kind := "A/AAAA"
+	if dc.SRV {
+		kind = "SRV"
+	}
+	return fmt.Sprintf("%s %s port %d every %s remove_after %s resolver %s", kind, dc.DNS, dc.Port, dc.Interval, dc.RemoveAfter, quoteEmpty(dc.Resolver))
 }
 
 func onOff(on bool) string {

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -112,7 +113,7 @@ func poolNode(p *Pool) *yaml.Node {
 	if p.HashTag != "" {
 		put(m, "hash_tag", strNode(p.HashTag))
 	}
-	if len(p.Servers) > 0 {
+	if len(p.Servers) > 0 && p.Discover == nil {
 		servers := &yaml.Node{Kind: yaml.SequenceNode}
 		for _, s := range p.Servers {
 			servers.Content = append(servers.Content, serverNode(s))
@@ -145,6 +146,32 @@ func poolNode(p *Pool) *yaml.Node {
 	}
 	if p.WarmFrom != "" {
 		put(m, "warm_from", strNode(p.WarmFrom))
+	}
+	if dc := p.Discover; dc != nil {
+		dm := mapNode()
+		put(dm, "dns", strNode(dc.DNS))
+		put(dm, "port", intNode(dc.Port))
+		put(dm, "srv", boolNode(dc.SRV))
+		put(dm, "interval", durNode(dc.Interval))
+		put(dm, "remove_after", durNode(dc.RemoveAfter))
+		if dc.Resolver != "" {
+			put(dm, "resolver", strNode(dc.Resolver))
+		}
+		put(m, "discover", dm)
+		// What the name answered, for --check and GET /config: a comment, since a file
+		// gives discover instead of servers.
+		var found []string
+		for _, s := range p.Servers {
+			found = append(found, serverNode(s).Value)
+			if s.Name != "" {
+				found[len(found)-1] = s.Addr + ":" + strconv.Itoa(s.Weight) + " " + s.Name
+			}
+		}
+		if len(found) == 0 {
+			m.Content[len(m.Content)-2].LineComment = "discovered: nothing yet"
+		} else {
+			m.Content[len(m.Content)-2].LineComment = "discovered: " + strings.Join(found, ", ")
+		}
 	}
 	if sh := p.Shadow; sh != nil {
 		sm := mapNode()

@@ -367,6 +367,7 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml
 		"tls":                func(v *yaml.Node, path string) { p.TLS = d.poolTLS(v, path) },
 		"warm_from":          d.str(&p.WarmFrom),
 		"shadow":             func(v *yaml.Node, path string) { p.Shadow = d.shadow(v, path) },
+		"discover":           func(v *yaml.Node, path string) { p.Discover = d.discover(v, path) },
 	})
 	if p.DeadBackoffMax < p.DeadBackoff {
 		at, n := "dead_backoff_max", seen["dead_backoff_max"]
@@ -380,16 +381,56 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml
 	sv := seen["servers"]
 	hasServers := sv != nil && !isNull(sv) && (sv.Kind != yaml.SequenceNode || len(sv.Content) > 0)
 	switch {
-	case d.bad[seen["embedded"]]:
-		// Already reported; whether the pool has shards is unknown.
+	case d.bad[seen["embedded"]] || d.bad[seen["discover"]]:
+		// Already reported; whether the pool has shards or discovers its servers is unknown.
 	case hasServers && p.Embedded > 0:
 		d.fail(seen["embedded"], path, "has both servers and embedded; give one")
-	case !hasServers && p.Embedded == 0:
-		d.fail(key, path, "has neither servers nor embedded")
+	case p.Discover != nil && (hasServers || p.Embedded > 0):
+		d.fail(seen["discover"], join(path, "discover"), "is instead of servers and embedded: give one of the three")
+	case !hasServers && p.Embedded == 0 && p.Discover == nil:
+		d.fail(key, path, "has no servers: give servers, embedded or discover")
 	case p.Embedded > 0 && p.TLS != nil:
 		d.fail(seen["tls"], join(path, "tls"), "an embedded pool has no servers to reach over TLS")
 	}
 	return seen
+}
+
+// discover reads a pool's discover section; dns is required.
+func (d *decoder) discover(v *yaml.Node, path string) *Discover {
+	disc := &Discover{Port: defaultDiscoverPort, Interval: defaultDiscoverInterval, RemoveAfter: defaultRemoveAfter}
+	n := len(d.errs) + d.dropped
+	seen := d.mapping(v, path, map[string]field{
+		"dns":          d.str(&disc.DNS),
+		"port":         d.integer(&disc.Port, 1, 65535),
+		"srv":          d.boolean(&disc.SRV),
+		"interval":     d.duration(&disc.Interval, true),
+		"remove_after": d.duration(&disc.RemoveAfter, false),
+		"resolver": func(v *yaml.Node, path string) {
+			if !d.scalar(v, path) || v.Value == "" {
+				return
+			}
+			a, ok := canonAddr(v.Value, false)
+			if !ok {
+				d.fail(v, path, "bad address %q: want the host:port of a DNS server, or \"\" for the system's resolver", v.Value)
+				return
+			}
+			disc.Resolver = a
+		},
+	})
+	if v.Kind != yaml.MappingNode || len(d.errs)+d.dropped != n {
+		d.bad[v] = true
+		return nil
+	}
+	if disc.DNS == "" {
+		at := seen["dns"]
+		if at == nil {
+			at = v
+		}
+		d.fail(at, join(path, "dns"), "required: the name whose records are this pool's servers")
+		d.bad[v] = true
+		return nil
+	}
+	return disc
 }
 
 // hashTag reads a pool's hash_tag: none, or two characters as twemproxy takes them.

@@ -29,13 +29,20 @@ type Server struct {
 // fails the test: the suite's `make test` installs it.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
+	return StartAt(t, FreeAddr(t), extra...)
+}
+
+// StartAt is Start on addr, a loopback host:port that is free: servers on 127.0.0.2,
+// 127.0.0.3… sharing a port are what the A records of one name give.
+func StartAt(t testing.TB, addr string, extra ...string) *Server {
+	t.Helper()
 	bin, err := exec.LookPath("memcached")
 	if err != nil {
 		t.Fatal("memcached not found: run `make deps` (or `make test`, which installs it)")
 	}
-	s := &Server{Addr: FreeAddr(t)}
-	_, port, _ := net.SplitHostPort(s.Addr)
-	s.args = append([]string{"-u", "nobody", "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "64"}, extra...)
+	s := &Server{Addr: addr}
+	host, port, _ := net.SplitHostPort(s.Addr)
+	s.args = append([]string{"-u", "nobody", "-l", host, "-p", port, "-U", "0", "-m", "64"}, extra...)
 	s.cmd = exec.Command(bin, s.args...)
 	s.start(t)
 	t.Cleanup(func() { s.Stop() })

@@ -214,6 +214,53 @@ func (r *Reloader) install(next Loaded, pending *topology.Pending) {
 	r.applied = next.Sum
 }
 
+// Refresh puts the config in service again with what fill makes of it — its discover
+// pools' servers as DNS now answers (package discover) — and a config waiting for its
+// apply_at as well, as a reload with those lists would: the file is not read again. It
+// returns what changed, one line each. fill must not change the config it is given.
+func (r *Reloader) Refresh(source string, fill func(*config.Config) (*config.Config, error)) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev := r.current.Load()
+	next, err := fill(prev)
+	if err != nil {
+		return "", err
+	}
+	changes := config.DiffSince(r.startup, prev, next)
+	if len(changes) == 0 && r.scheduled == nil {
+		return "no changes\n", nil
+	}
+	pending, err := r.opts.Builder.Build(next)
+	if err != nil {
+		r.opts.Logger.Error("discovered servers not applied; the running topology is kept", "source", source, "err", err)
+		return "", err
+	}
+	r.install(Loaded{Config: next, Sum: r.applied}, pending)
+	if s := r.scheduled; s != nil {
+		// install put the running table in service without its schedule: give it back,
+		// with the waiting config's table rebuilt for the new lists (on the servers just
+		// put in service). If that fails the waiting config keeps its old lists.
+		waiting, err := fill(s.next.Config)
+		var waitingPending *topology.Pending
+		if err == nil {
+			waitingPending, err = r.opts.Builder.Build(waiting)
+		}
+		if err != nil {
+			r.opts.Logger.Error("discovered servers not applied to the config waiting for its apply_at", "source", source, "err", err)
+		} else {
+			s.pending.Abort()
+			s.next.Config, s.pending = waiting, waitingPending
+		}
+		r.opts.Swap(r.installed.Until(s.next.Config.ApplyAt, s.pending.Topology))
+	}
+	summary := "no changes\n"
+	if len(changes) > 0 {
+		summary = strings.Join(changes, "\n") + "\n"
+	}
+	r.opts.Logger.Info("discovered servers applied", "source", source, "changes", strings.ReplaceAll(strings.TrimSpace(summary), "\n", "; "))
+	return summary, nil
+}
+
 // applyScheduled puts s in service at its apply_at, unless a newer reload replaced it.
 func (r *Reloader) applyScheduled(s *scheduled) {
 	r.mu.Lock()

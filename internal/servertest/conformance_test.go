@@ -115,6 +115,20 @@ var impls = []impl{
 		e.t.Cleanup(pd.Abort)
 		return pd.Topology.Members()[0].Server
 	}},
+	{name: "undiscovered placeholder", kinds: []kind{unreachable}, build: func(e *env) pool.Server {
+		// What a topology puts in place of the servers of a discover pool whose DNS name
+		// has not answered.
+		cfg, err := config.Parse([]byte("pools:\n  main:\n    discover: {dns: mc.test}\n"), "servertest.yaml")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		pd, err := (&topology.Builder{Logger: discard, Dial: true}).Build(cfg)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(pd.Abort)
+		return pd.Topology.Members()[0].Server
+	}},
 }
 
 var discard = slog.New(slog.DiscardHandler)

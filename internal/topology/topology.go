@@ -185,6 +185,11 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 		}
 		return members
 	}
+	if pc.Discover != nil && len(pc.Servers) == 0 {
+		// Its name has not answered yet (moxi waits for it before serving; --check does
+		// not ask): one member that says so.
+		return []pool.Member{{Name: "undiscovered", Addr: "discover:" + pc.Discover.DNS, Weight: 1, Server: undiscovered(pc.Discover.DNS)}}
+	}
 	var tlsConf *tls.Config
 	var tlsSum tlsfiles.Sum
 	if pc.TLS != nil {
@@ -376,6 +381,23 @@ func (b *Builder) logger() *slog.Logger {
 	}
 	return slog.Default()
 }
+
+// undiscovered stands in for the servers of a discover pool whose name has not answered.
+type undiscovered string
+
+var _ pool.Server = undiscovered("")
+
+func (u undiscovered) Do(ctx context.Context, order *turn.Turn, _ *protocol.Request, _ []protocol.Response) error {
+	order.Dispatched() // failed at once, as every Server's request that cannot be sent
+	return fmt.Errorf("no servers: %s has not answered yet", string(u))
+}
+func (u undiscovered) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, order, u, reqs, resps, errs)
+}
+func (undiscovered) Up() bool               { return false }
+func (undiscovered) Info() pool.Info        { return pool.Info{State: pool.StateDead} }
+func (undiscovered) Stats() []protocol.Stat { return nil }
+func (undiscovered) Close() error           { return nil }
 
 // unconnected stands in for a remote server when only the topology's shape is wanted.
 type unconnected struct{}

@@ -1,0 +1,325 @@
+// Package discover follows the DNS names of the pools whose servers come from DNS
+// (pools.*.discover): it asks each name again every interval and turns the answers into
+// the pool's server list, which moxi applies as a reload with that list would be.
+//
+// A/AAAA records give one server per address, at the section's port. SRV records give one
+// per target, at the record's port, with the target host name as ring name and the record's
+// weight as weight: a StatefulSet pod that comes back with a new address keeps its keys. A
+// server missing from the answers is removed only after remove_after, so that a pod that
+// blinks out of a Service's answers does not move keys twice. An empty, failed or
+// timed-out answer keeps the list: DNS trouble never empties a pool.
+package discover
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/moxi-proxy/moxi/internal/config"
+)
+
+// maxWait bounds one lookup: a DNS server that does not answer costs one interval at most.
+const maxWait = 5 * time.Second
+
+// Set follows the discover pools of the config moxi started with. Safe for concurrent use.
+type Set struct {
+	pools  map[string]*pool // by pool name
+	errors *prometheus.CounterVec
+	logger *slog.Logger
+	now    func() time.Time
+
+	changed chan string // a pool whose list changed; buffered, coalesced by the reader
+}
+
+// pool is one discover pool's state.
+type pool struct {
+	name     string
+	opts     config.Discover
+	resolver *net.Resolver
+
+	mu       sync.Mutex
+	answered bool
+	servers  []config.Server      // in service, ordered by ring name
+	missing  map[string]time.Time // ring name -> since when the answers lack it
+	failing  string               // the error state last logged; "" when answering
+	ready    chan struct{}        // closed at the first answer
+}
+
+// Options configure a Set.
+type Options struct {
+	Registry prometheus.Registerer // moxi_discovery_errors_total goes here; nil = not exported
+	Logger   *slog.Logger          // nil = slog.Default()
+}
+
+// New returns a Set for cfg's discover pools (none: an empty Set, which is ready at once).
+func New(cfg *config.Config, opts Options) *Set {
+	s := &Set{
+		pools:   map[string]*pool{},
+		logger:  cmp.Or(opts.Logger, slog.Default()),
+		now:     time.Now,
+		changed: make(chan string, 1),
+	}
+	s.errors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moxi_discovery_errors_total",
+		Help: "DNS lookups of a discover pool that failed, timed out or answered nothing: the pool kept its servers.",
+	}, []string{"pool"})
+	for _, pc := range cfg.Pools {
+		if pc.Discover == nil {
+			continue
+		}
+		s.pools[pc.Name] = &pool{
+			name: pc.Name, opts: *pc.Discover, resolver: resolver(pc.Discover.Resolver),
+			missing: map[string]time.Time{}, ready: make(chan struct{}),
+		}
+		s.errors.WithLabelValues(pc.Name)
+	}
+	if opts.Registry != nil && len(s.pools) > 0 {
+		opts.Registry.MustRegister(s.errors)
+	}
+	return s
+}
+
+// resolver asks addr, or the system's resolver when addr is "".
+func resolver(addr string) *net.Resolver {
+	if addr == "" {
+		return net.DefaultResolver
+	}
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}}
+}
+
+// Pending names the discover pools that have not had a first answer yet.
+func (s *Set) Pending() []string {
+	var out []string
+	for name, p := range s.pools {
+		p.mu.Lock()
+		if !p.answered {
+			out = append(out, name)
+		}
+		p.mu.Unlock()
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Wait waits until every pool has had a first answer, which Run, running meanwhile, asks
+// for.
+func (s *Set) Wait(ctx context.Context) error {
+	for _, p := range s.pools {
+		select {
+		case <-p.ready:
+		case <-ctx.Done():
+			return fmt.Errorf("no DNS answer yet for the servers of %s: %w", strings.Join(s.Pending(), ", "), ctx.Err())
+		}
+	}
+	return nil
+}
+
+// Run asks every pool's name at once and then at its interval until ctx ends, calling
+// changed with the pool's name after each change of its server list that follows the
+// first answer (from Run's goroutine, one at a time).
+func (s *Set) Run(ctx context.Context, changed func(pool string)) {
+	var wg sync.WaitGroup
+	for _, p := range s.pools {
+		wg.Go(func() { s.follow(ctx, p) })
+	}
+	go func() { wg.Wait(); close(s.changed) }()
+	for name := range s.changed {
+		if ctx.Err() == nil {
+			changed(name)
+		}
+	}
+}
+
+// follow asks p's name now and then every interval.
+func (s *Set) follow(ctx context.Context, p *pool) {
+	tick := time.NewTicker(p.opts.Interval)
+	defer tick.Stop()
+	for {
+		if s.poll(ctx, p) {
+			select {
+			case s.changed <- p.name:
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// poll asks p's name once and applies the answer; it reports whether the list changed.
+func (s *Set) poll(ctx context.Context, p *pool) bool {
+	ctx, cancel := context.WithTimeout(ctx, min(p.opts.Interval, maxWait))
+	defer cancel()
+	found, err := Lookup(ctx, p.resolver, p.opts)
+	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+		return false // shutting down
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		s.errors.WithLabelValues(p.name).Inc()
+		if state := err.Error(); state != p.failing {
+			p.failing = state
+			s.logger.Warn("discovery: DNS gave no servers; the pool keeps its list", "pool", p.name, "dns", p.opts.DNS, "err", err, "servers", len(p.servers))
+		}
+		return false
+	}
+	if p.failing != "" {
+		p.failing = ""
+		s.logger.Info("discovery: DNS answers again", "pool", p.name, "dns", p.opts.DNS, "servers", len(found))
+	}
+	next := p.merge(found, s.now())
+	first := !p.answered
+	if first {
+		p.answered = true
+		close(p.ready)
+	}
+	if !first && slices.Equal(next, p.servers) {
+		return false
+	}
+	p.servers = next
+	return !first
+}
+
+// merge is the list that follows an answer: every server found, with the address and
+// weight found, and those missing for less than remove_after; ordered by ring name.
+func (p *pool) merge(found []config.Server, now time.Time) []config.Server {
+	next := slices.Clone(found)
+	seen := map[string]bool{}
+	for _, s := range found {
+		seen[s.RingName()] = true
+		delete(p.missing, s.RingName())
+	}
+	for _, s := range p.servers {
+		name := s.RingName()
+		if seen[name] {
+			continue
+		}
+		since, ok := p.missing[name]
+		if !ok {
+			since = now
+			p.missing[name] = now
+		}
+		if now.Sub(since) < p.opts.RemoveAfter {
+			next = append(next, s)
+			continue
+		}
+		delete(p.missing, name)
+	}
+	slices.SortFunc(next, func(a, b config.Server) int { return strings.Compare(a.RingName(), b.RingName()) })
+	return next
+}
+
+// Servers is pool's list in service, and whether its name has answered yet.
+func (s *Set) Servers(pool string) ([]config.Server, bool) {
+	p := s.pools[pool]
+	if p == nil {
+		return nil, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.servers), p.answered
+}
+
+// Fill sets the servers of cfg's discover pools to their lists in service. cfg must be
+// one no one else uses yet (a config just loaded). A discover pool the Set does not follow
+// (added by a reload) is an error: its name is resolved from the next restart on.
+func (s *Set) Fill(cfg *config.Config) error {
+	for i, pc := range cfg.Pools {
+		if pc.Discover == nil {
+			continue
+		}
+		p := s.pools[pc.Name]
+		if p == nil || p.opts != *pc.Discover {
+			return fmt.Errorf("pools.%s.discover: a new or changed discover section takes effect at the next restart", pc.Name)
+		}
+		servers, _ := s.Servers(pc.Name)
+		filled := *pc
+		filled.Servers = servers
+		cfg.Pools[i] = &filled
+	}
+	return nil
+}
+
+// Filled is a copy of cfg, which is in service and so not to be changed, with its discover
+// pools' lists in service.
+func (s *Set) Filled(cfg *config.Config) (*config.Config, error) {
+	c := *cfg
+	c.Pools = slices.Clone(cfg.Pools)
+	return &c, s.Fill(&c)
+}
+
+// Lookup asks r for dc's name once: its A/AAAA records as servers at dc.Port, or its SRV
+// records, each target's first address at the record's port, named by the target. An
+// answer with no record is an error.
+func Lookup(ctx context.Context, r *net.Resolver, dc config.Discover) ([]config.Server, error) {
+	if !dc.SRV {
+		addrs, err := r.LookupIPAddr(ctx, dc.DNS)
+		if err != nil {
+			return nil, err
+		}
+		var out []config.Server
+		for _, a := range addrs {
+			out = append(out, config.Server{Addr: net.JoinHostPort(a.IP.String(), strconv.Itoa(dc.Port)), Weight: 1})
+		}
+		return nonEmpty(dedup(out), dc.DNS)
+	}
+	_, records, err := r.LookupSRV(ctx, "", "", dc.DNS)
+	if err != nil {
+		return nil, err
+	}
+	var out []config.Server
+	for _, rec := range records {
+		target := strings.TrimSuffix(rec.Target, ".")
+		addrs, err := r.LookupIPAddr(ctx, target)
+		if err != nil {
+			return nil, fmt.Errorf("SRV target %s: %w", target, err)
+		}
+		if len(addrs) == 0 {
+			return nil, fmt.Errorf("SRV target %s has no address", target)
+		}
+		out = append(out, config.Server{
+			Name:   target,
+			Addr:   net.JoinHostPort(addrs[0].IP.String(), strconv.Itoa(int(rec.Port))),
+			Weight: max(int(rec.Weight), 1),
+		})
+	}
+	return nonEmpty(dedup(out), dc.DNS)
+}
+
+// dedup keeps the first server of each ring name: a ring has one point set per name.
+func dedup(servers []config.Server) []config.Server {
+	seen := map[string]bool{}
+	return slices.DeleteFunc(servers, func(s config.Server) bool {
+		name := s.RingName()
+		if seen[name] {
+			return true
+		}
+		seen[name] = true
+		return false
+	})
+}
+
+func nonEmpty(servers []config.Server, name string) ([]config.Server, error) {
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("%s: no records", name)
+	}
+	return servers, nil
+}

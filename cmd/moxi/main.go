@@ -434,7 +434,9 @@ func waitForDiscovery(disc *discover.Set, adminAddr string, reg *prometheus.Regi
 		if err != nil {
 			return listenError("admin", adminAddr, `another moxi? pick another with --admin, or turn it off with --admin ""`, err)
 		}
-		waiting := func() string { return "no DNS answer yet for the servers of pool " + strings.Join(disc.Pending(), ", ") }
+		waiting := func() string {
+			return "no DNS answer yet for the servers of pool " + strings.Join(disc.Pending(), ", ")
+		}
 		srv := admin.NewServer(admin.Starting(reg, waiting), admin.DefaultBounds, slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 		go func() { _ = srv.Serve(admin.Listen(aln, admin.DefaultBounds)) }()
 		defer srv.Close() // the admin server proper takes the address over

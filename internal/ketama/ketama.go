@@ -149,6 +149,11 @@ func numPoints(weight int, total uint32, nodes int) int {
 	return int(math.Floor(float64(v))) * pointsPerHash
 }
 
+// Points are the ring's points, sorted: a key's owner is that of the first point at or
+// after its hash (wrapping), so ownership changes only at them. The slice is the ring's:
+// do not change it.
+func (r *Ring) Points() []uint32 { return r.values }
+
 // Pick returns the index (into the nodes given to New) of the node owning hash: the owner
 // of the first point at or after hash, wrapping to the first point. It returns -1 for a
 // ring without points. It does not allocate.

@@ -62,6 +62,13 @@ func (m *Migration) pass(ctx context.Context, seen map[uint64]struct{}) (int64, 
 		if _, err := m.copyKeys(ctx, batch, false); err != nil {
 			return err
 		}
+		if m.opts.DeleteMoved {
+			// The new server has each key now (copied, or written by a client, whose
+			// write deleted it here already): the old copy can only be stale later.
+			if err := m.old.deleteAll(ctx, batch); err != nil {
+				return err
+			}
+		}
 		sent += int64(len(batch))
 		batch = batch[:0]
 		if m.opts.Rate > 0 { // pace: sent keys may take sent/rate seconds, no less
@@ -90,6 +97,9 @@ func (m *Migration) pass(ctx context.Context, seen map[uint64]struct{}) (int64, 
 		m.total.Add(1)
 		if e.Exp > 0 && e.Exp <= time.Now().Unix() {
 			return nil // expired: nothing to move
+		}
+		if m.opts.Moves != nil && !m.opts.Moves(e.Key) {
+			return nil // stays where it is
 		}
 		batch = append(batch, e.Key)
 		if len(batch) >= batchSize {

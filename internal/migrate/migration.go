@@ -36,6 +36,14 @@ type Options struct {
 	MaxValue int           // largest value read from the old server; 0 = protocol.DefaultLimits
 	Dial     Dialer        // opens connections to the old server; nil = plain TCP
 	Logger   *slog.Logger
+
+	// Moves, when set, picks the keys of the old server that the background copy moves:
+	// a reshard moves only the keys whose server is now the new one (nil: every key).
+	Moves func(key []byte) bool
+	// DeleteMoved makes the background copy delete each key it moves on the old server
+	// once the new one has it, so that a later change moving the key back finds no old
+	// copy there (a reshard: the old server keeps serving its other keys).
+	DeleteMoved bool
 }
 
 // oldRetryAfter is how long reads leave the old server alone after it failed one.
@@ -336,6 +344,22 @@ func (m *Migration) read(ctx context.Context, order *turn.Turn, req *protocol.Re
 		}
 	}
 	return nil
+}
+
+// ReadMissed reads keys that missed on the new server from the old one, as a read of the
+// slot does (see read): what it found, each copied to the new server after the answer.
+// A reshard's server asks it for the keys of a multi-get whose old servers differ.
+func (m *Migration) ReadMissed(ctx context.Context, keys [][]byte) []Item {
+	if len(keys) == 0 || time.Now().UnixNano() < m.oldDownUntil.Load() {
+		return make([]Item, len(keys))
+	}
+	items, err := m.copyKeys(ctx, keys, true)
+	if err != nil {
+		m.oldDownUntil.Store(time.Now().Add(oldRetryAfter).UnixNano())
+		m.opts.Logger.Warn("migration: the old server did not answer a read; misses stand", "server", m.opts.Name, "from", m.opts.From, "err", err, "retry_in", oldRetryAfter)
+		return make([]Item, len(keys))
+	}
+	return items
 }
 
 // copyKeys copies keys from the old server to the new one, skipping any a client has

@@ -117,6 +117,26 @@ func (o *oldServer) delete(ctx context.Context, key []byte) error {
 	})
 }
 
+// deleteAll deletes keys, pipelined: one round trip for the batch. A missing key is no
+// error.
+func (o *oldServer) deleteAll(ctx context.Context, keys [][]byte) error {
+	return o.with(ctx, o.timeout+time.Duration(len(keys))*time.Millisecond, func(c *textConn) error {
+		var buf []byte
+		for _, k := range keys {
+			buf = appendMetaDelete(buf, k)
+		}
+		if _, err := c.nc.Write(buf); err != nil {
+			return err
+		}
+		for range keys {
+			if err := readMetaDelete(c.r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // errCrawlerBusy is memcached's answer to a metadump while its crawler is busy with another
 // (in a tier, another proxy's copy lists the same OLD).
 var errCrawlerBusy = errors.New("crawler busy")

@@ -45,6 +45,8 @@ type Builder struct {
 	standIns   *pool.StandIns                      // shared by every pool built; made by the first Build
 	running    map[serverKey]pool.Server           // the servers of the committed topology
 	migrations map[migrationKey]*migrate.Migration // its migrations
+	placements map[string]placement                // its pools' key placements, by pool name (reshard.go)
+	reshards   map[string]int                      // per pool, the number of its last reshard
 	retired    sync.WaitGroup                      // servers closing after their grace
 }
 
@@ -90,13 +92,15 @@ type Pending struct {
 	servers    map[serverKey]pool.Server
 	created    []pool.Server
 	migrations map[migrationKey]*migrate.Migration
+	placements map[string]placement
 }
 
 // Build builds the pools, servers and routes that cfg describes.
 func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	pd := &Pending{Topology: &Topology{}, b: b, servers: make(map[serverKey]pool.Server), migrations: make(map[migrationKey]*migrate.Migration)}
+	pd := &Pending{Topology: &Topology{}, b: b, servers: make(map[serverKey]pool.Server), migrations: make(map[migrationKey]*migrate.Migration),
+		placements: make(map[string]placement)}
 	t := pd.Topology
 	if b.standIns == nil {
 		b.standIns = pool.NewStandIns(MaxStandInKeys, b.logger())
@@ -199,6 +203,8 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 		return backend.Dial(ctx, addr, pc.ConnectTimeout, tlsConf)
 	}
 	members := make([]pool.Member, len(pc.Servers))
+	var remotes []func(addr string) pool.Server // by member: its server at an address
+	defer func() { b.reshard(pd, cfg, pc, members, remotes, dial) }()
 	for i, sc := range pc.Servers {
 		m := &members[i]
 		m.Name, m.Addr, m.Weight = sc.RingName(), sc.Addr, sc.Weight
@@ -229,6 +235,7 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 			})
 		}
 		m.Server = remote(sc.Addr)
+		remotes = append(remotes, remote)
 		if sc.MigrateFrom != "" && b.Dial {
 			var old pool.Server // serves the slot until migrate_at: the running one when unchanged
 			if !sc.MigrateAt.IsZero() {
@@ -244,6 +251,71 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 		}
 	}
 	return members
+}
+
+// reshard records pc's placement in pd and, while keys move into it from the committed
+// one (a change of pc's servers, now or at an earlier build not yet done), makes each
+// member that keys move to a reshardServer with a Migration from each server they move
+// from. remotes[i] makes member i's server at an address (a Migration's OLD for apply_at).
+func (b *Builder) reshard(pd *Pending, cfg *config.Config, pc *config.Pool, members []pool.Member, remotes []func(string) pool.Server, dial migrate.Dialer) {
+	if len(pc.Servers) == 0 || len(remotes) != len(members) {
+		return // embedded, or a discover pool with no answer yet: nothing to move
+	}
+	after, err := placementPool(pc)
+	if err != nil {
+		return // pool.New refuses the same members, with the same error, in Build
+	}
+	now := placement{servers: placementOf(pc), pool: after}
+	cur, had := b.placements[pc.Name]
+	switch {
+	case !had:
+	case cur.servers == now.servers:
+		// The same servers: keys still moving go on moving, until every copy is done.
+		if cur.reshard != nil && !b.reshardDone(pc.Name, cur.reshard.name) {
+			now.reshard = cur.reshard
+		}
+	default:
+		now.reshard = &reshardRun{name: reshardName(b.reshards[pc.Name] + 1), before: cur.pool}
+	}
+	pd.placements[pc.Name] = now
+	if now.reshard == nil || !b.Dial {
+		return
+	}
+	run := now.reshard
+	lim := Limits(cfg)
+	for _, mv := range after.MovedFrom(run.before) {
+		i := slices.IndexFunc(members, func(m pool.Member) bool { return m.Addr == mv.To })
+		m := &members[i]
+		rs, ok := m.Server.(*reshardServer)
+		if !ok {
+			rs = &reshardServer{self: m.Addr, inner: m.Server, before: run.before, from: map[string]*migrate.Migration{}}
+			m.Server = rs
+		}
+		var old pool.Server // serves the key until apply_at
+		if !cfg.ApplyAt.IsZero() {
+			old = remotes[i](mv.From)
+		}
+		to := mv.To
+		rs.from[mv.From] = b.migration(pd, migrationKey{pc.Name, run.name, mv.From, mv.To, cfg.ApplyAt, rs.inner}, func() *migrate.Migration {
+			return migrate.New(migrate.Options{
+				Pool: pc.Name, Name: run.name, From: mv.From, To: mv.To,
+				New: rs.inner, At: cfg.ApplyAt, Old: old, Rate: pc.MigrateRate, Timeout: pc.Timeout + pc.ConnectTimeout,
+				MaxValue: lim.MaxValueBytes, Dial: dial, Logger: b.logger(),
+				Moves:       func(key []byte) bool { return after.Member(after.Owner(key)).Addr == to },
+				DeleteMoved: true,
+			})
+		})
+	}
+}
+
+// reshardDone reports whether every Migration of pool's reshard name is done.
+func (b *Builder) reshardDone(pool, name string) bool {
+	for k, m := range b.migrations {
+		if k.pool == pool && k.name == name && m.Phase() != migrate.Done {
+			return false
+		}
+	}
+	return true
 }
 
 // observer is the latency histogram's series for one server, or nil.
@@ -304,7 +376,15 @@ func (pd *Pending) Commit(grace time.Duration) {
 			m.Start()
 		}
 	}
-	b.running, b.migrations = pd.servers, pd.migrations
+	b.running, b.migrations, b.placements = pd.servers, pd.migrations, pd.placements
+	if b.reshards == nil {
+		b.reshards = map[string]int{}
+	}
+	for name, pl := range pd.placements {
+		if pl.reshard != nil {
+			b.reshards[name] = max(b.reshards[name], reshardNumber(pl.reshard.name))
+		}
+	}
 	b.mu.Unlock()
 	if len(drop) == 0 {
 		return
@@ -430,9 +510,50 @@ func (b *Builder) Migrations() []migrate.Status {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]migrate.Status, 0, len(b.migrations))
-	for _, m := range b.migrations {
+	reshards := map[[2]string][]migrate.Status{}
+	for k, m := range b.migrations {
+		if reshardNumber(k.name) > 0 {
+			reshards[[2]string{k.pool, k.name}] = append(reshards[[2]string{k.pool, k.name}], m.Status())
+			continue
+		}
 		out = append(out, m.Status())
 	}
+	for _, parts := range reshards {
+		out = append(out, mergeStatus(parts))
+	}
 	slices.SortFunc(out, func(a, b migrate.Status) int { return strings.Compare(a.Pool+"/"+a.Name, b.Pool+"/"+b.Name) })
+	return out
+}
+
+// mergeStatus is a reshard's progress: that of its Migrations together, under its name.
+// From and To list the servers keys move from and to; the phase is failed when one
+// failed, else scheduled or copying while one is, else done.
+func mergeStatus(parts []migrate.Status) migrate.Status {
+	out := migrate.Status{Pool: parts[0].Pool, Name: parts[0].Name, Phase: migrate.Done}
+	var from, to []string
+	rank := map[string]int{migrate.Done: 0, migrate.Scheduled: 1, migrate.Copying: 2, migrate.Failed: 3}
+	for _, st := range parts {
+		out.KeysCopied += st.KeysCopied
+		out.KeysTotal += st.KeysTotal
+		if rank[st.Phase] > rank[out.Phase] {
+			out.Phase = st.Phase
+		}
+		if out.Started.IsZero() || !st.Started.IsZero() && st.Started.Before(out.Started) {
+			out.Started = st.Started
+		}
+		if st.Finished.After(out.Finished) {
+			out.Finished = st.Finished
+		}
+		if out.Err == "" {
+			out.Err = st.Err
+		}
+		from, to = append(from, st.From), append(to, st.To)
+	}
+	if out.Phase != migrate.Done && out.Phase != migrate.Failed {
+		out.Finished = time.Time{}
+	}
+	slices.Sort(from)
+	slices.Sort(to)
+	out.From, out.To = strings.Join(slices.Compact(from), ","), strings.Join(slices.Compact(to), ",")
 	return out
 }

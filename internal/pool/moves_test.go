@@ -1,0 +1,66 @@
+package pool
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// placementPool is a pool of servers at addrs, for placement only.
+func placementPool(t *testing.T, dist string, addrs ...string) *Pool {
+	t.Helper()
+	members := make([]Member, len(addrs))
+	for i, a := range addrs {
+		members[i] = Member{Name: a, Addr: a, Weight: 1}
+	}
+	p, err := New("p", Options{Distribution: dist}, members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestMovedFrom: the moves listed are exactly those 100,000 keys make, for a server added
+// to and one removed from a ketama pool (keys move to the new server only, and from the
+// removed one only); with jump every pair is listed.
+func TestMovedFrom(t *testing.T) {
+	keysMoves := func(before, after *Pool) []Move {
+		var out []Move
+		for i := range 100_000 {
+			k := fmt.Appendf(nil, "key:%d", i)
+			m := Move{before.Member(before.Owner(k)).Addr, after.Member(after.Owner(k)).Addr}
+			if m.From != m.To && !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	sorted := func(m []Move) []Move {
+		slices.SortFunc(m, func(a, b Move) int { return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To)) })
+		return m
+	}
+	abc := placementPool(t, "ketama", "a:1", "b:1", "c:1")
+	abcd := placementPool(t, "ketama", "a:1", "b:1", "c:1", "d:1")
+	ab := placementPool(t, "ketama", "a:1", "b:1")
+	for _, tc := range []struct {
+		name          string
+		before, after *Pool
+		want          []Move
+	}{
+		{"added", abc, abcd, []Move{{"a:1", "d:1"}, {"b:1", "d:1"}, {"c:1", "d:1"}}},
+		{"removed", abc, ab, []Move{{"c:1", "a:1"}, {"c:1", "b:1"}}},
+		{"unchanged", abc, abc, nil},
+	} {
+		got := sorted(tc.after.MovedFrom(tc.before))
+		if !slices.Equal(got, sorted(tc.want)) {
+			t.Errorf("%s: moves %v, want %v", tc.name, got, tc.want)
+		}
+		if keys := sorted(keysMoves(tc.before, tc.after)); !slices.Equal(got, keys) {
+			t.Errorf("%s: moves %v, the keys' %v", tc.name, got, keys)
+		}
+	}
+	if got := placementPool(t, "jump", "a:1", "b:1", "c:1").MovedFrom(placementPool(t, "jump", "a:1", "b:1")); len(got) != 4 {
+		t.Errorf("jump: moves %v, want every pair of different addresses (4)", got)
+	}
+}

@@ -1,0 +1,174 @@
+package topology
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/migrate"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
+)
+
+// A reshard keeps the keys of a pool warm when its servers change (a reload, an apply_at,
+// a DNS answer): every key whose server changes moves from the server that held it before,
+// through a migrate.Migration per pair of servers keys move between (pool.MovedFrom). A
+// member that keys move to is a reshardServer: a key another server held before goes
+// through that pair's Migration — a miss read through from the old server and copied with
+// add, a write made here and deleted there — and the Migrations' background copies move
+// the rest, deleting each moved key on its old server. The machinery is migrate_from's,
+// for many slots at once.
+
+// placement is a pool's key placement in the committed topology, and the reshard that is
+// moving keys into it, if any.
+type placement struct {
+	servers string     // the pool's placement settings and servers (placementOf)
+	pool    *pool.Pool // places keys: its members' Addr are the servers
+	reshard *reshardRun
+}
+
+// reshardRun is one change of a pool's servers whose keys are still moving.
+type reshardRun struct {
+	name   string     // reshard-<n>: its /migrations entry and metric series
+	before *pool.Pool // the placement the keys move from
+}
+
+// placementOf says what places a pool's keys: two configs that give the same string place
+// every key on the same server (address).
+func placementOf(pc *config.Pool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %q", pc.Distribution, pc.Hash, pc.HashTag)
+	for _, s := range pc.Servers {
+		fmt.Fprintf(&b, " %s=%s*%d", s.RingName(), s.Addr, s.Weight)
+	}
+	return b.String()
+}
+
+// placementPool is a pool that only places keys: pc's servers, without connections.
+func placementPool(pc *config.Pool) (*pool.Pool, error) {
+	members := make([]pool.Member, len(pc.Servers))
+	for i, s := range pc.Servers {
+		members[i] = pool.Member{Name: s.RingName(), Addr: s.Addr, Weight: s.Weight, Server: unconnected{}}
+	}
+	return pool.New(pc.Name, pool.Options{Distribution: pc.Distribution, Hash: pc.Hash, HashTag: pc.HashTag}, members)
+}
+
+// reshardName is the name of a pool's n-th reshard.
+func reshardName(n int) string { return "reshard-" + strconv.Itoa(n) }
+
+// reshardNumber is n of reshard-<n>, or 0 for another name.
+func reshardNumber(name string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(name, "reshard-"))
+	if err != nil || !strings.HasPrefix(name, "reshard-") {
+		return 0
+	}
+	return n
+}
+
+// reshardServer is a member's server while keys move to it: the member's own server for
+// the keys it held before, and for each other server keys move from, the Migration from
+// that server.
+type reshardServer struct {
+	self   string // the member's address
+	inner  pool.Server
+	before *pool.Pool
+	from   map[string]*migrate.Migration // by the old server's address
+}
+
+var _ pool.Server = (*reshardServer)(nil)
+
+// via is the server that answers for key: the Migration from the server that held it
+// before, when that is another.
+func (r *reshardServer) via(key []byte) pool.Server {
+	if m := r.from[r.before.Member(r.before.Owner(key)).Addr]; m != nil {
+		return m
+	}
+	return r.inner
+}
+
+// Do answers a request through via of its key. A get of several keys that other servers
+// held is answered here, and each one missing read through from the server that held it.
+func (r *reshardServer) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	switch {
+	case len(req.Keys) > 1:
+		first := r.via(req.Keys[0])
+		if !slices.ContainsFunc(req.Keys[1:], func(k []byte) bool { return r.via(k) != first }) {
+			return first.Do(ctx, order, req, resps)
+		}
+	case keyOf(req) != nil:
+		return r.via(keyOf(req)).Do(ctx, order, req, resps)
+	default:
+		return r.inner.Do(ctx, order, req, resps) // no key: flush_all, stats…
+	}
+	if req.Op != protocol.OpGet && req.Op != protocol.OpGets {
+		// A touch of many keys (gat): each through its own path, one at a time.
+		return r.each(ctx, order, req, resps)
+	}
+	if err := r.inner.Do(ctx, order, req, resps); err != nil {
+		return err
+	}
+	missed := map[*migrate.Migration][]int{}
+	for i, k := range req.Keys {
+		if m, ok := r.via(k).(*migrate.Migration); ok && resps[i].Status == protocol.StatusNotFound {
+			missed[m] = append(missed[m], i)
+		}
+	}
+	for m, at := range missed {
+		keys := make([][]byte, len(at))
+		for j, i := range at {
+			keys[j] = req.Keys[i]
+		}
+		for j, it := range m.ReadMissed(ctx, keys) {
+			if it.Found {
+				resps[at[j]] = protocol.Response{Key: req.Keys[at[j]], Value: it.Value, Flags: it.Flags}
+			}
+		}
+	}
+	return nil
+}
+
+// each answers a request of several keys as one request per key, each through via, on the
+// request's turn.
+func (r *reshardServer) each(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	one, done := order.Defer()
+	defer done()
+	for i, k := range req.Keys {
+		sub := *req
+		sub.Keys = req.Keys[i : i+1]
+		if err := r.via(k).Do(ctx, one, &sub, resps[i:i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DoBatch executes a batch of requests: as the member's own batch when none of their keys
+// moved here, else one by one through via.
+func (r *reshardServer) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	for i := range reqs {
+		if key := keyOf(&reqs[i]); key != nil && r.via(key) != r.inner {
+			pool.DoEach(ctx, order, r, reqs, resps, errs)
+			return
+		}
+	}
+	r.inner.DoBatch(ctx, order, reqs, resps, errs)
+}
+
+// keyOf is a request's key: its first for a retrieval; nil for one without.
+func keyOf(req *protocol.Request) []byte {
+	if len(req.Keys) > 0 {
+		return req.Keys[0]
+	}
+	return req.Key
+}
+
+func (r *reshardServer) Up() bool               { return r.inner.Up() }
+func (r *reshardServer) Info() pool.Info        { return r.inner.Info() }
+func (r *reshardServer) Stats() []protocol.Stat { return r.inner.Stats() }
+
+// Close closes nothing: the member's server and the Migrations are the Builder's.
+func (r *reshardServer) Close() error { return nil }

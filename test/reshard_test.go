@@ -1,0 +1,219 @@
+package test
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+)
+
+// reshardConfig is a pool over servers s<i> for each index given.
+func reshardConfig(mcs []*memcachedtest.Server, at string, servers ...int) string {
+	var b strings.Builder
+	b.WriteString("watch_config: false\n")
+	if at != "" {
+		fmt.Fprintf(&b, "apply_at: %q\n", at)
+	}
+	b.WriteString("pools:\n  main:\n    timeout: 2s\n    servers:\n")
+	for _, i := range servers {
+		fmt.Fprintf(&b, "      - {name: s%d, addr: %q}\n", i, mcs[i].Addr)
+	}
+	return b.String()
+}
+
+// hitWindows counts the hits and misses of reads in windows of 500 ms.
+type hitWindows struct {
+	start      time.Time
+	hits, miss [64]atomic.Int64
+}
+
+func (h *hitWindows) window() int { return min(int(time.Since(h.start)/(500*time.Millisecond)), 63) }
+
+// ratio is the hit ratio of window w, and whether it saw reads.
+func (h *hitWindows) ratio(w int) (float64, bool) {
+	hits, miss := h.hits[w].Load(), h.miss[w].Load()
+	if hits+miss == 0 {
+		return 0, false
+	}
+	return float64(hits) / float64(hits+miss), true
+}
+
+// readLoad reads random keys through addr until stop, counting hits and misses by window.
+func readLoad(t *testing.T, addr string, keys []string, h *hitWindows, stop <-chan struct{}) {
+	tc, err := dialText(addr)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer tc.Close()
+	for range maxOps {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		v, err := tc.get(keys[rand.IntN(len(keys))])
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		w := h.window()
+		if v == "" || strings.HasPrefix(v, "SERVER_ERROR") {
+			h.miss[w].Add(1)
+		} else {
+			h.hits[w].Add(1)
+		}
+	}
+}
+
+// waitReshard waits until /migrations shows name done, and returns its entry.
+func waitReshard(t *testing.T, admin, name string) migrationJSON {
+	t.Helper()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(60 * time.Second); ; <-tick.C {
+		for _, m := range migrations(t, admin) {
+			if m.Name == name && m.Phase == "done" {
+				return m
+			}
+			if m.Name == name && m.Phase == "failed" {
+				t.Fatalf("%s failed: %+v", name, m)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not done within 60s: %+v", name, migrations(t, admin))
+		}
+	}
+}
+
+// holders lists, for each key, the servers (by index) that hold it.
+func holders(t *testing.T, mcs []*memcachedtest.Server, keys []string) [][]int {
+	t.Helper()
+	out := make([][]int, len(keys))
+	index := make(map[string]int, len(keys))
+	for i, k := range keys {
+		index[k] = i
+	}
+	for s, mc := range mcs {
+		c, err := net.Dial("tcp", mc.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(c)
+		for start := 0; start < len(keys); start += 500 {
+			lines := roundTrip(t, c, r, "get "+strings.Join(keys[start:min(start+500, len(keys))], " ")+"\r\n", "END")
+			for _, l := range lines {
+				if f := strings.Fields(l); len(f) == 4 && f[0] == "VALUE" {
+					out[index[f[1]]] = append(out[index[f[1]]], s)
+				}
+			}
+		}
+		c.Close()
+	}
+	return out
+}
+
+// TestReshardWarm adds a server to a pool of three by reload, then removes one, under a
+// read load and writers: in every 500 ms window after each change the hit ratio stays at
+// least 99 % of what it was before (cold, a quarter of the keys would miss), no read is
+// older than an acknowledged write, and once the reshard is done every key is on its
+// server alone — no previous server keeps a copy a later change could serve.
+func TestReshardWarm(t *testing.T) {
+	mcs := cluster(t, 4)
+	path, admin := writeConfig(t, reshardConfig(mcs, "", 0, 1, 2)), freeAddr(t)
+	moxi := startMoxi(t, "--config", path, "--admin", admin)
+	keys := make([]string, 3000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("warm:%d", i)
+	}
+	setKeys(t, moxi.addr, keys)
+	var written []string
+	for i := range 200 {
+		written = append(written, fmt.Sprintf("ver:%d", i))
+	}
+
+	for _, change := range []struct {
+		name    string
+		servers []int
+	}{
+		{"reshard-1", []int{0, 1, 2, 3}}, // s3 added
+		{"reshard-2", []int{1, 2, 3}},    // s0 removed
+	} {
+		h := &hitWindows{start: time.Now()}
+		chk := newStaleCheck(written)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() { readLoad(t, moxi.addr, keys, h, stop) })
+		}
+		for w := range 2 {
+			wg.Go(func() { chk.write(t, moxi.addr, w, 2, stop) })
+		}
+		wg.Go(func() { chk.read(t, moxi.addr, stop) })
+		<-time.After(1500 * time.Millisecond) // three windows before
+		changed := h.window() + 1
+		reloadFile(t, path, admin, reshardConfig(mcs, "", change.servers...))
+		<-time.After(3 * time.Second)
+		close(stop)
+		wg.Wait()
+
+		var before, beforeN float64
+		for w := range changed - 1 {
+			if r, ok := h.ratio(w); ok {
+				before, beforeN = before+r, beforeN+1
+			}
+		}
+		before /= beforeN
+		for w := changed; w < h.window(); w++ {
+			r, ok := h.ratio(w)
+			t.Logf("%s: window %d hit ratio %.4f (before %.4f)", change.name, w, r, before)
+			if ok && r < 0.99*before {
+				t.Errorf("%s: window %d after the change hit ratio %.4f < 99%% of %.4f before", change.name, w, r, before)
+			}
+		}
+		if chk.stale.Load() > 0 || len(chk.errorsByKey()) > 0 {
+			t.Errorf("%s: %d stale reads of %d (%s), errors %v", change.name, chk.stale.Load(), chk.reads.Load(), strings.Join(chk.examples(), "; "), chk.errorsByKey())
+		}
+		m := waitReshard(t, admin, change.name)
+		t.Logf("%s: %+v", change.name, m)
+
+		// Done: every key on its server alone, the acknowledged versions intact.
+		for i, hs := range holders(t, mcs, keys) {
+			if len(hs) != 1 {
+				t.Errorf("%s: %s is on servers %v after the reshard, want one", change.name, keys[i], hs)
+				break
+			}
+		}
+		tc, err := dialText(moxi.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range written {
+			if v, err := tc.get(k); err != nil || versionIn(v) < chk.newest[k].Load() {
+				t.Errorf("%s: %s reads %q after the reshard, %d was acknowledged (%v)", change.name, k, v, chk.newest[k].Load(), err)
+				break
+			}
+		}
+		tc.Close()
+	}
+}
+
+// reloadFile writes yaml to path and reloads moxi through its admin address.
+func reloadFile(t *testing.T, path, admin, yaml string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := postReload(t, admin); code != http.StatusOK {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+}

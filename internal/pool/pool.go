@@ -5,6 +5,8 @@ package pool
 import (
 	"bytes"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/hashkit"
@@ -20,6 +22,18 @@ type Member struct {
 	// Base is the server itself, under whatever is composed around it: its identity, which
 	// outlives reloads (StandIns remembers keys by it). New sets it to Server when nil.
 	Base Server
+}
+
+// EmbeddedAddr is the address of a pool's in-process shard i: unique within its pool only.
+func EmbeddedAddr(i int) string { return "embedded/" + strconv.Itoa(i) }
+
+// SameServer reports whether a and b are one server: the same remote address (two pools
+// may list one memcached), or the same in-process shard.
+func SameServer(a, b *Member) bool {
+	if strings.HasPrefix(a.Addr, "embedded/") || strings.HasPrefix(b.Addr, "embedded/") {
+		return a.Base == b.Base
+	}
+	return a.Addr == b.Addr
 }
 
 // Up reports whether the member's server is alive.

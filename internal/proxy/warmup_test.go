@@ -119,6 +119,31 @@ func TestWarmUpWritesDeleteOnOld(t *testing.T) {
 	}
 }
 
+// TestWarmUpSharedServer: when the warm_from pool keeps a key on the very server the key's
+// write lands on (the pools share it), the write is not deleted there: the value answered
+// STORED stays.
+func TestWarmUpSharedServer(t *testing.T) {
+	newP := newPool(t, "new", 1)
+	oldShared, err := pool.New("old", pool.Options{}, []pool.Member{{Name: "shared", Addr: "embedded/shared", Weight: 1, Server: newP.Member(0).Server}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newShared, err := pool.New("new", pool.Options{}, []pool.Member{{Name: "shared", Addr: "embedded/shared", Weight: 1, Server: newP.Member(0).Server}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	features := route.NewShared(route.Options{Registry: prometheus.NewRegistry()})
+	features.Compose(newShared, route.Features{WarmFrom: oldShared})
+	p := proxy.New(&topology.Topology{Pools: []*pool.Pool{newShared, oldShared}, Default: newShared}, proxy.Options{Features: features})
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	if r := handle(p, &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}); r[0].Status != protocol.StatusOK {
+		t.Fatalf("set: %+v", r[0])
+	}
+	if r := get(p, "k"); string(r[0].Value) != "v" {
+		t.Errorf("get k after set = %q, want v: the write was deleted on the server it landed on", r[0].Value)
+	}
+}
+
 func metaDelete(key string) protocol.Request {
 	r := protocol.Request{Op: protocol.OpMetaDelete, Key: []byte(key)}
 	r.Meta.KeyToken = r.Key

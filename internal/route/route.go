@@ -119,7 +119,7 @@ func (s *Shared) Compose(pl *pool.Pool, f Features) {
 	for i := range pl.Len() {
 		m := pl.Member(i)
 		if f.WarmFrom != nil {
-			m.Server = &warmUp{wrapped: wrapped{m.Server}, s: s, pool: pl.Name(), from: f.WarmFrom}
+			m.Server = &warmUp{wrapped: wrapped{m.Server}, s: s, pool: pl.Name(), self: m, from: f.WarmFrom}
 		}
 		if f.Backup != nil {
 			m.Server = &backup{wrapped: wrapped{m.Server}, s: s, to: f.Backup}

@@ -95,6 +95,7 @@ type warmUp struct {
 	wrapped
 	s    *Shared
 	pool string     // this pool's name, for the metric
+	self *pool.Member // this member: OTHER may share its server (see dropOld)
 	from *pool.Pool // OTHER
 }
 
@@ -340,9 +341,14 @@ func (w *warmUp) warmMeta(ctx context.Context, order *turn.Turn, req *protocol.R
 // cannot, the key is never read from there again; when too many keys are remembered
 // already, the write's answer becomes a SERVER_ERROR.
 func (w *warmUp) dropOld(ctx context.Context, order *turn.Turn, key []byte, one []protocol.Response, err error) {
+	m := w.from.Member(w.from.Locate(key))
+	if pool.SameServer(m, w.self) {
+		// OTHER keeps key on this very server (the pools share it): the write is its
+		// value there, and a delete would undo it.
+		return
+	}
 	del := protocol.Request{Op: protocol.OpDelete, Key: key}
 	var r [1]protocol.Response
-	m := w.from.Member(w.from.Locate(key))
 	derr := m.Server.Do(ctx, order, &del, r[:])
 	if derr == nil && (r[0].Status == protocol.StatusOK || r[0].Status == protocol.StatusNotFound) {
 		return

@@ -180,7 +180,7 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 			key := serverKey{pool: pc.Name, embeddedIndex: i, embeddedMB: pc.EmbeddedMemoryMB, connections: pc.Embedded}
 			members[i] = pool.Member{
 				Name:   fmt.Sprintf("shard%d", i),
-				Addr:   fmt.Sprintf("embedded/%d", i),
+				Addr:   pool.EmbeddedAddr(i),
 				Weight: 1,
 				Server: b.server(pd, key, func() pool.Server {
 					return memstore.New(memstore.Options{MaxBytes: int64(pc.EmbeddedMemoryMB) << 20})

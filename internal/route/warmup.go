@@ -94,9 +94,9 @@ type oldItem struct {
 type warmUp struct {
 	wrapped
 	s    *Shared
-	pool string     // this pool's name, for the metric
+	pool string       // this pool's name, for the metric
 	self *pool.Member // this member: OTHER may share its server (see dropOld)
-	from *pool.Pool // OTHER
+	from *pool.Pool   // OTHER
 }
 
 var _ pool.Server = (*warmUp)(nil)

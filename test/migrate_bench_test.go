@@ -6,8 +6,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,6 +122,100 @@ func migrationLiveP99(b *testing.B, rate int) {
 		if ms := migrations(b, admin); len(ms) != 1 || ms[0].Phase != "copying" {
 			b.Fatalf("the copy did not last the measurement: %+v", ms)
 		}
+		b.ReportMetric(float64(before.Microseconds()), "p99-before-µs")
+		b.ReportMetric(float64(during.Microseconds()), "p99-copying-µs")
+		b.ReportMetric(float64(during)/float64(before), "p99-ratio")
+	}
+}
+
+// BenchmarkReshard adds a fourth server to a pool of three holding 100,000 keys of 100
+// bytes, migrate_rate 0: it reports the keys the background copy moved per second (from the
+// reload to phase done), alone ("idle") and under 8 clients' gets ("live"), with the p99 of
+// those gets before and while it copies.
+func BenchmarkReshard(b *testing.B) {
+	b.Run("idle", func(b *testing.B) { reshardBench(b, false) })
+	b.Run("live", func(b *testing.B) { reshardBench(b, true) })
+}
+
+func reshardBench(b *testing.B, live bool) {
+	for b.Loop() {
+		var mcs []*memcachedtest.Server
+		for range 4 {
+			mcs = append(mcs, memcachedtest.Start(b, "-m", "1024"))
+		}
+		conf := func(n int) string {
+			var w strings.Builder
+			w.WriteString("watch_config: false\npools:\n  main:\n    servers:\n")
+			for i := range n {
+				fmt.Fprintf(&w, "      - {name: s%d, addr: %q}\n", i, mcs[i].Addr)
+			}
+			return w.String()
+		}
+		path, admin := writeConfig(b, conf(3)), freeAddr(b)
+		moxi := startMoxiBin(b, fastMoxi(b), "--config", path, "--admin", admin)
+		const keys = 100_000
+		fill(b, moxi.addr, "r:", keys, 100)
+		key := func(i int) string { return "r:" + strconv.Itoa(i%keys) }
+		before := p99(getLatencies(b, moxi.addr, 2*time.Second, key))
+
+		if err := os.WriteFile(path, []byte(conf(4)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if code, body := postReload(b, admin); code != http.StatusOK {
+			b.Fatalf("reload: %d %s", code, body)
+		}
+		done := make(chan migrationJSON, 1)
+		go func() {
+			for {
+				for _, m := range migrations(b, admin) {
+					if m.Name == "reshard-1" && m.Phase != "copying" && m.Phase != "scheduled" {
+						done <- m
+						return
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		// Gets on the same 8 connections as before the reload, until the copy is done.
+		var mu sync.Mutex
+		var lat []time.Duration
+		var m migrationJSON
+		var took time.Duration
+		finished := make(chan struct{})
+		go func() { m = <-done; took = time.Since(start); close(finished) }()
+		clients := 8
+		if !live {
+			clients = 0
+			<-finished
+		}
+		withClients(b, moxi.addr, clients, func(w int, c *textClient) {
+			for i := w; i < 8_000_000; i += 8 {
+				select {
+				case <-finished:
+					return
+				default:
+				}
+				t0 := time.Now()
+				if _, err := c.get(key(i)); err != nil {
+					b.Error(err)
+					return
+				}
+				mu.Lock()
+				lat = append(lat, time.Since(t0))
+				mu.Unlock()
+			}
+		})
+		if m.Phase != "done" {
+			b.Fatalf("reshard %s: %+v", m.Phase, m)
+		}
+		b.ReportMetric(float64(m.KeysCopied)/took.Seconds(), "moved-keys/s")
+		b.ReportMetric(float64(m.KeysCopied), "moved-keys")
+		if !live {
+			continue
+		}
+		slices.Sort(lat)
+		during := p99(lat)
 		b.ReportMetric(float64(before.Microseconds()), "p99-before-µs")
 		b.ReportMetric(float64(during.Microseconds()), "p99-copying-µs")
 		b.ReportMetric(float64(during)/float64(before), "p99-ratio")

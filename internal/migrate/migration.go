@@ -416,32 +416,27 @@ func (m *Migration) copyKeys(ctx context.Context, keys [][]byte, later bool) ([]
 	return out, nil
 }
 
-// addAll adds every found item to the new server, in parallel (the backend pipelines).
-// Its caller holds the keys' stripe locks.
+// addAll adds every found item to the new server, as one batch (the backend pipelines
+// it: one round trip). Its caller holds the keys' stripe locks.
 func (m *Migration) addAll(ctx context.Context, keys [][]byte, items []Item) error {
-	var wg sync.WaitGroup
-	var firstErr atomic.Pointer[error]
+	var adds []protocol.Request
 	for j, it := range items {
-		if !it.Found {
-			continue
+		if it.Found {
+			adds = append(adds, protocol.Request{Op: protocol.OpAdd, Key: keys[j], Value: it.Value, Flags: it.Flags, Exptime: exptime(it.TTL)})
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			add := protocol.Request{Op: protocol.OpAdd, Key: keys[j], Value: it.Value, Flags: it.Flags, Exptime: exptime(it.TTL)}
-			var resp [1]protocol.Response
-			if err := m.opts.New.Do(ctx, nil, &add, resp[:]); err != nil { // on no client's order: the stripe lock orders it
-				firstErr.CompareAndSwap(nil, &err)
-				return
-			}
-			if resp[0].Status == protocol.StatusOK {
-				m.copied.Add(1)
-			}
-		}()
 	}
-	wg.Wait()
-	if e := firstErr.Load(); e != nil {
-		return *e
+	if len(adds) == 0 {
+		return nil
+	}
+	resps, errs := make([]protocol.Response, len(adds)), make([]error, len(adds))
+	m.opts.New.DoBatch(ctx, nil, adds, resps, errs) // on no client's order: the stripe locks order it
+	for i := range adds {
+		if errs[i] != nil {
+			return errs[i]
+		}
+		if resps[i].Status == protocol.StatusOK {
+			m.copied.Add(1)
+		}
 	}
 	return nil
 }

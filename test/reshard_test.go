@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,7 +132,12 @@ func TestReshardWarm(t *testing.T) {
 	mcs := cluster(t, 4)
 	path, admin := writeConfig(t, reshardConfig(mcs, "", 0, 1, 2)), freeAddr(t)
 	moxi := startMoxi(t, "--config", path, "--admin", admin)
-	keys := make([]string, 3000)
+	// 3,000 keys in CI; MOXI_RESHARD_KEYS=100000 for the measurement by hand.
+	n := 3000
+	if v, err := strconv.Atoi(os.Getenv("MOXI_RESHARD_KEYS")); err == nil && v > 0 {
+		n = v
+	}
+	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("warm:%d", i)
 	}
@@ -175,7 +181,7 @@ func TestReshardWarm(t *testing.T) {
 		before /= beforeN
 		for w := changed; w < h.window(); w++ {
 			r, ok := h.ratio(w)
-			t.Logf("%s: window %d hit ratio %.4f (before %.4f)", change.name, w, r, before)
+			t.Logf("%s: window %d hit ratio %.4f (before %.4f), %d reads", change.name, w, r, before, h.hits[w].Load()+h.miss[w].Load())
 			if ok && r < 0.99*before {
 				t.Errorf("%s: window %d after the change hit ratio %.4f < 99%% of %.4f before", change.name, w, r, before)
 			}

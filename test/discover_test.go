@@ -63,11 +63,21 @@ func TestDiscoverA(t *testing.T) {
 	admin := freeAddr(t)
 	moxi := startMoxi(t, "--config", writeConfig(t, discoverConfig("mc.test.", dns.Addr, p, false, 2*time.Second)), "--admin", admin)
 	waitServers(t, admin, mcs[0].Addr, mcs[1].Addr)
+	warm := make([]string, 300)
+	for i := range warm {
+		warm[i] = fmt.Sprintf("before:%d", i)
+	}
+	setKeys(t, moxi.addr, warm)
 
 	dns.SetIPs("mc.test", "127.0.0.2", "127.0.0.3", "127.0.0.4")
 	// Applied within interval + 1 s: logged for the record, not asserted (a loaded machine
 	// may be slower, and the test must not fail for it).
 	t.Logf("a server added to the answers was in service after %s (interval 200ms)", waitServers(t, admin, mcs[0].Addr, mcs[1].Addr, mcs[2].Addr))
+	// Warm: the keys written before are still hits, those that moved to the new server
+	// read through from the one that held them.
+	if missed := misses(t, moxi.addr, warm); missed > 0 {
+		t.Errorf("%d of %d keys written before the server was added miss after", missed, len(warm))
+	}
 	keys := make([]string, 300)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("disc:%d", i)
@@ -82,6 +92,9 @@ func TestDiscoverA(t *testing.T) {
 	waitServers(t, admin, mcs[1].Addr, mcs[2].Addr)
 	if took := time.Since(removed); took < 2*time.Second {
 		t.Errorf("a server missing from the answers was removed after %s, before remove_after (2s)", took)
+	}
+	if missed := misses(t, moxi.addr, append(warm, keys...)); missed > 0 {
+		t.Errorf("%d keys miss after a server was removed", missed)
 	}
 
 	errorsNow := func() float64 {
@@ -182,6 +195,27 @@ func TestDiscoverSRV(t *testing.T) {
 		}
 		t.Errorf("%d of %d keys moved when a target changed address", moved, len(keys))
 	}
+}
+
+// misses counts the keys a get through addr misses.
+func misses(t *testing.T, addr string, keys []string) int {
+	t.Helper()
+	tc, err := dialText(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	n := 0
+	for _, k := range keys {
+		v, err := tc.get(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == "" {
+			n++
+		}
+	}
+	return n
 }
 
 // eventually polls cond until it holds, failing the test after a generous deadline.

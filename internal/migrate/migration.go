@@ -249,6 +249,7 @@ func (m *Migration) finish(phase string, err error) {
 	m.touchedMu.Lock()
 	m.touched = nil // only needed while copying
 	m.touchedMu.Unlock()
+	m.old.close() // done: nothing reads the old server again (a removed server is let go)
 }
 
 // Do answers a request for the slot. Once the copy is done the new server alone answers.
@@ -350,7 +351,7 @@ func (m *Migration) read(ctx context.Context, order *turn.Turn, req *protocol.Re
 // slot does (see read): what it found, each copied to the new server after the answer.
 // A reshard's server asks it for the keys of a multi-get whose old servers differ.
 func (m *Migration) ReadMissed(ctx context.Context, keys [][]byte) []Item {
-	if len(keys) == 0 || time.Now().UnixNano() < m.oldDownUntil.Load() {
+	if len(keys) == 0 || m.Phase() == Done || time.Now().UnixNano() < m.oldDownUntil.Load() {
 		return make([]Item, len(keys))
 	}
 	items, err := m.copyKeys(ctx, keys, true)

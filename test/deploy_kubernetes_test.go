@@ -122,16 +122,35 @@ type k8sProbe struct {
 		Path string `yaml:"path"`
 		Port any    `yaml:"port"` // a number or a port name
 	} `yaml:"httpGet"`
+	TCPSocket *struct {
+		Port any `yaml:"port"`
+	} `yaml:"tcpSocket"`
 }
 
 type serviceSpec struct {
-	Type     string            `yaml:"type"`
-	Selector map[string]string `yaml:"selector"`
-	Ports    []struct {
+	Type      string            `yaml:"type"`
+	ClusterIP string            `yaml:"clusterIP"`
+	Selector  map[string]string `yaml:"selector"`
+	Ports     []struct {
 		Name       string `yaml:"name"`
 		Port       int    `yaml:"port"`
 		TargetPort any    `yaml:"targetPort"`
+		Protocol   string `yaml:"protocol"`
 	} `yaml:"ports"`
+}
+
+type statefulSetSpec struct {
+	ServiceName string `yaml:"serviceName"`
+	Selector    struct {
+		MatchLabels map[string]string `yaml:"matchLabels"`
+	} `yaml:"selector"`
+	Template struct {
+		Metadata k8sMeta `yaml:"metadata"`
+		Spec     struct {
+			TerminationGracePeriodSeconds int            `yaml:"terminationGracePeriodSeconds"`
+			Containers                    []k8sContainer `yaml:"containers"`
+		} `yaml:"spec"`
+	} `yaml:"template"`
 }
 
 type pdbSpec struct {
@@ -152,12 +171,25 @@ type networkPolicySpec struct {
 
 // policyRule is an ingress rule (peers in from) or an egress rule (peers in to).
 type policyRule struct {
-	Ports []struct {
-		Port     any    `yaml:"port"` // a number or a port name
-		Protocol string `yaml:"protocol"`
-	} `yaml:"ports"`
-	From []yaml.Node `yaml:"from"`
-	To   []yaml.Node `yaml:"to"`
+	Ports []policyPort `yaml:"ports"`
+	From  []yaml.Node  `yaml:"from"`
+	To    []yaml.Node  `yaml:"to"`
+}
+
+type policyPort struct {
+	Port     any    `yaml:"port"` // a number or a port name; none: every port
+	Protocol string `yaml:"protocol"`
+}
+
+// policyPeer is one entry of a rule's from or to.
+type policyPeer struct {
+	NamespaceSelector *struct {
+		MatchLabels map[string]string `yaml:"matchLabels"`
+	} `yaml:"namespaceSelector"`
+	PodSelector *struct {
+		MatchLabels map[string]string `yaml:"matchLabels"`
+	} `yaml:"podSelector"`
+	IPBlock any `yaml:"ipBlock"`
 }
 
 type podMonitorSpec struct {
@@ -219,19 +251,28 @@ func releaseVersion(t *testing.T) string {
 }
 
 // k8sInstalls are the kustomizations under deploy/kubernetes that an operator applies, with
-// the kinds each renders, one object of each.
+// the kinds of moxi's objects each renders, one object of each, and the other objects it
+// renders beside them.
 var k8sInstalls = []k8sInstall{
-	{"base", []string{"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service"}},
-	{"overlays/example", []string{"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "PodMonitor", "Service"}},
+	{"base", []string{"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service"}, nil},
+	{"overlays/example", []string{"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "PodMonitor", "Service"}, nil},
+	{"examples/memcached-statefulset", []string{"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service"}, []string{"Service/memcached", "StatefulSet/memcached"}},
 }
 
 type k8sInstall struct {
-	dir   string // under deploy/kubernetes
-	kinds []string
+	dir    string   // under deploy/kubernetes
+	kinds  []string // of moxi's objects: those labelled app.kubernetes.io/name=moxi
+	others []string // "Kind/name" of the other objects, sorted
 }
+
+// moxiLabel marks moxi's own objects; an install may render others (a memcached StatefulSet).
+const moxiLabel = "app.kubernetes.io/name"
 
 // exampleOverlay is the install with every optional part, the PodMonitor among them.
 var exampleOverlay = k8sInstalls[1]
+
+// statefulSetExample is the install whose moxi finds a memcached StatefulSet through DNS.
+var statefulSetExample = k8sInstalls[2]
 
 // kustomizeBin finds the kustomize scripts/install-deps.sh installs: on PATH, else in the
 // directory `go install` writes to, which is often not on PATH. A missing one fails the
@@ -284,11 +325,12 @@ func kustomizeBuild(t *testing.T, dir string) []k8sObject {
 	}
 }
 
-// k8sDeploy is one rendered install: its objects by kind, and the parts of the Deployment
-// the tests compare the other objects with.
+// k8sDeploy is one rendered install: its objects, moxi's by kind and the others by
+// "Kind/name", and the parts of the Deployment the tests compare the other objects with.
 type k8sDeploy struct {
 	objs   []k8sObject
-	byKind map[string][]k8sObject
+	byKind map[string][]k8sObject // moxi's objects
+	others map[string]k8sObject   // the rest, by "Kind/name"
 	spec   deploymentSpec
 	pod    k8sMeta // the pod template's metadata
 	c      k8sContainer
@@ -296,15 +338,22 @@ type k8sDeploy struct {
 
 func k8sDeployment(t *testing.T, in k8sInstall) k8sDeploy {
 	t.Helper()
-	d := k8sDeploy{objs: kustomizeBuild(t, in.dir), byKind: map[string][]k8sObject{}}
+	d := k8sDeploy{objs: kustomizeBuild(t, in.dir), byKind: map[string][]k8sObject{}, others: map[string]k8sObject{}}
 	for _, o := range d.objs {
 		if o.APIVersion == "" || o.Kind == "" || o.Metadata.Name == "" {
 			t.Errorf("%s: object without apiVersion, kind or metadata.name: %+v", o.file, o)
 		}
-		d.byKind[o.Kind] = append(d.byKind[o.Kind], o)
+		if o.Metadata.Labels[moxiLabel] == "moxi" {
+			d.byKind[o.Kind] = append(d.byKind[o.Kind], o)
+		} else {
+			d.others[o.Kind+"/"+o.Metadata.Name] = o
+		}
 	}
 	if kinds := slices.Sorted(maps.Keys(d.byKind)); !slices.Equal(kinds, in.kinds) {
-		t.Errorf("%s renders kinds %q, want %q", in.dir, kinds, in.kinds)
+		t.Errorf("%s renders moxi's kinds %q, want %q", in.dir, kinds, in.kinds)
+	}
+	if others := slices.Sorted(maps.Keys(d.others)); !slices.Equal(others, in.others) {
+		t.Errorf("%s renders %q beside moxi's objects, want %q", in.dir, others, in.others)
 	}
 	for _, kind := range in.kinds {
 		if len(d.byKind[kind]) != 1 {
@@ -610,6 +659,9 @@ func testNetworkPolicy(t *testing.T, d k8sDeploy, cfg *config.Config, listenPort
 		for _, s := range p.Servers {
 			need = append(need, strconv.Itoa(addrPort(t, s.Addr))+"/TCP")
 		}
+		if dc := p.Discover; dc != nil && !dc.SRV { // SRV records bring their ports: TestDeployMemcachedStatefulSet
+			need = append(need, strconv.Itoa(dc.Port)+"/TCP")
+		}
 	}
 	for _, n := range need {
 		if !egress[n] {
@@ -749,4 +801,205 @@ func TestDeployKustomizeManifests(t *testing.T) {
 			}
 		}
 	}
+}
+
+// clusterDNSCache is how long the cluster's DNS may keep answering with a pod that is gone:
+// CoreDNS's default cache.
+const clusterDNSCache = 30 * time.Second
+
+// The memcached-statefulset example holds together: moxi's pool follows the SRV name that
+// the headless Service really gives (_<port name>._<protocol>.<service>.<namespace>.svc.
+// cluster.local, namespace as rendered), whose targets are the pods' stable DNS names (the
+// StatefulSet's serviceName is that Service), so a pod back at a new IP keeps its keys' place;
+// the pool is ketama, so scaling moves only the keys of the pod added or removed; a deleted
+// pod keeps serving (preStop) until moxi has removed it and copied its keys; and moxi's
+// NetworkPolicy lets it reach the pods. TestDeployKubernetes checks the moxi side of it.
+func TestDeployMemcachedStatefulSet(t *testing.T) {
+	d := k8sDeployment(t, statefulSetExample)
+	dir := filepath.Join(deployDir, "kubernetes", statefulSetExample.dir)
+	svcObj, okSvc := d.others["Service/memcached"]
+	stsObj, okSts := d.others["StatefulSet/memcached"]
+	if !okSvc || !okSts {
+		t.Fatalf("%s renders no Service or no StatefulSet named memcached", statefulSetExample.dir)
+	}
+	ns := svcObj.Metadata.Namespace
+	if ns == "" {
+		t.Fatal("the memcached Service has no namespace: the SRV name depends on it")
+	}
+	for _, o := range d.objs {
+		if o.Metadata.Namespace != ns {
+			t.Errorf("%s %s is in namespace %q, the memcached Service in %q", o.Kind, o.Metadata.Name, o.Metadata.Namespace, ns)
+		}
+	}
+
+	var sts statefulSetSpec
+	if err := stsObj.Spec.Decode(&sts); err != nil {
+		t.Fatal(err)
+	}
+	podLabels := sts.Template.Metadata.Labels
+	for k, v := range sts.Selector.MatchLabels {
+		if podLabels[k] != v {
+			t.Errorf("StatefulSet selector %s=%s does not match its pod labels %v", k, v, podLabels)
+		}
+	}
+	if sts.ServiceName != svcObj.Metadata.Name {
+		t.Errorf("StatefulSet serviceName %q, want the headless Service %q: without it the SRV targets are named after the pods' IPs, and a restarted pod moves keys", sts.ServiceName, svcObj.Metadata.Name)
+	}
+	if len(sts.Template.Spec.Containers) != 1 {
+		t.Fatalf("want one memcached container, found %d", len(sts.Template.Spec.Containers))
+	}
+	mc := sts.Template.Spec.Containers[0]
+	if !strings.HasPrefix(mc.Image, "memcached:1.6") {
+		t.Errorf("image %q: want memcached:1.6, whose lru_crawler metadump and meta get moxi's copy uses", mc.Image)
+	}
+	itemMiB := 0
+	if i := slices.Index(mc.Args, "-m"); i >= 0 && i+1 < len(mc.Args) {
+		itemMiB, _ = strconv.Atoi(mc.Args[i+1])
+	}
+	limit, err := byteSize(mc.Resources.Limits["memory"], k8sUnits)
+	switch {
+	case itemMiB <= 0:
+		t.Errorf("memcached args %q: want -m MiB of item memory", mc.Args)
+	case err != nil || limit <= int64(itemMiB)<<20:
+		t.Errorf("memory limit %q (%v) against -m %d: memcached needs more than its item memory", mc.Resources.Limits["memory"], err, itemMiB)
+	}
+	if !slices.Contains(mc.Args, "-c") {
+		t.Errorf("memcached args %q: want -c, the connections moxi's pods and copies open", mc.Args)
+	}
+
+	// The headless Service: its named port gives the SRV name, and the records' port is the
+	// pods' port (the endpoints' port, which a headless Service does not translate).
+	var svc serviceSpec
+	if err := svcObj.Spec.Decode(&svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.ClusterIP != "None" {
+		t.Errorf("Service %s clusterIP %q, want None: a balancing ClusterIP would spread one key over every pod, and has no per-pod records", svcObj.Metadata.Name, svc.ClusterIP)
+	}
+	for k, v := range svc.Selector {
+		if podLabels[k] != v {
+			t.Errorf("Service %s selector %s=%s does not match the memcached pod labels %v", svcObj.Metadata.Name, k, v, podLabels)
+		}
+	}
+	var srvName string
+	mcPort := 0
+	for _, p := range svc.Ports {
+		if p.Name != "memcache" {
+			continue
+		}
+		proto := cmp.Or(p.Protocol, "TCP")
+		srvName = fmt.Sprintf("_%s._%s.%s.%s.svc.cluster.local", p.Name, strings.ToLower(proto), svcObj.Metadata.Name, ns)
+		mcPort = mc.port(p.TargetPort)
+		if p.TargetPort == nil {
+			mcPort = p.Port
+		}
+		if proto != "TCP" || mcPort == 0 || !mc.hasPort(mcPort) {
+			t.Errorf("Service port memcache (%s, targetPort %v): want TCP to a memcached container port", proto, p.TargetPort)
+		}
+	}
+	if srvName == "" {
+		t.Fatalf("Service %s has no port named memcache: no _memcache._tcp SRV record", svcObj.Metadata.Name)
+	}
+	if p := mc.ReadinessProbe; p == nil || p.TCPSocket == nil || mc.port(p.TCPSocket.Port) != mcPort {
+		t.Errorf("memcached readinessProbe %+v: want a tcpSocket probe of port %d, so that a pod is in the answers only once it accepts", p, mcPort)
+	}
+
+	// moxi's config is the example's own moxi.yaml, and its pool follows that SRV name.
+	want, err := os.ReadFile(filepath.Join(dir, "moxi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := d.byKind["ConfigMap"][0]
+	if cm.Data["moxi.yaml"] != string(want) {
+		t.Fatalf("ConfigMap %s key moxi.yaml is not %s/moxi.yaml: the generator did not replace the base's", cm.Metadata.Name, dir)
+	}
+	cfg, err := config.Parse(want, cm.file+":moxi.yaml")
+	if err != nil {
+		t.Fatalf("the ConfigMap's config does not load: %v", err)
+	}
+	var pc *config.Pool
+	for _, p := range cfg.Pools {
+		if p.Discover != nil {
+			if pc != nil {
+				t.Errorf("pools %s and %s both discover: want one, the StatefulSet's", pc.Name, p.Name)
+			}
+			pc = p
+		}
+	}
+	if pc == nil {
+		t.Fatal("no pool of the ConfigMap's config has discover")
+	}
+	dc := pc.Discover
+	if !dc.SRV || strings.TrimSuffix(dc.DNS, ".") != srvName {
+		t.Errorf("pool %s discovers {dns: %s, srv: %v}, want the Service's SRV records {dns: %s, srv: true}", pc.Name, dc.DNS, dc.SRV, srvName)
+	}
+	if pc.Distribution != "ketama" {
+		t.Errorf("pool %s distribution %s: want ketama, with which a change moves only the keys of the pod added or removed", pc.Name, pc.Distribution)
+	}
+	if cfg.DefaultPool != pc.Name {
+		t.Errorf("default_pool %s, want the StatefulSet's pool %s", cfg.DefaultPool, pc.Name)
+	}
+
+	// A deleted pod leaves the answers at once; moxi removes it one interval plus
+	// remove_after after the DNS cache lets go of it, and reads its keys from it until the
+	// copy is done. The preStop sleep keeps memcached running that long, with time left.
+	var sleep time.Duration
+	if s := mc.Lifecycle.PreStop.Sleep; s != nil {
+		sleep = time.Duration(s.Seconds) * time.Second
+	}
+	if need := clusterDNSCache + dc.Interval + dc.RemoveAfter; sleep <= need {
+		t.Errorf("memcached preStop sleep %v <= DNS cache %v + interval %v + remove_after %v: a removed pod would stop before moxi copied its keys", sleep, clusterDNSCache, dc.Interval, dc.RemoveAfter)
+	}
+	if grace := time.Duration(sts.Template.Spec.TerminationGracePeriodSeconds) * time.Second; grace <= sleep {
+		t.Errorf("memcached terminationGracePeriodSeconds %v <= preStop sleep %v: the sleep would be cut short", grace, sleep)
+	}
+
+	// moxi's NetworkPolicy lets it reach the memcached pods at the SRV records' port.
+	np := d.byKind["NetworkPolicy"][0]
+	var nps networkPolicySpec
+	if err := np.Spec.Decode(&nps); err != nil {
+		t.Fatal(err)
+	}
+	reaches := slices.ContainsFunc(nps.Egress, func(r policyRule) bool {
+		portOK := len(r.Ports) == 0 || slices.ContainsFunc(r.Ports, func(p policyPort) bool {
+			return cmp.Or(p.Protocol, "TCP") == "TCP" && (p.Port == nil || mc.port(p.Port) == mcPort)
+		})
+		return portOK && (len(r.To) == 0 || slices.ContainsFunc(r.To, func(n yaml.Node) bool {
+			var peer policyPeer
+			if err := n.Decode(&peer); err != nil {
+				t.Fatal(err)
+			}
+			return peerAdmits(peer, np.Metadata.Namespace, ns, podLabels)
+		}))
+	})
+	if !reaches {
+		t.Errorf("NetworkPolicy %s egress does not admit port %d/TCP of the memcached pods (namespace %s, labels %v)", np.Metadata.Name, mcPort, ns, podLabels)
+	}
+}
+
+// peerAdmits reports whether a NetworkPolicy peer of a policy in namespace policyNS selects
+// the pods labelled labels in namespace ns (namespaces known by their name label only).
+func peerAdmits(peer policyPeer, policyNS, ns string, labels map[string]string) bool {
+	if peer.IPBlock != nil {
+		return false // pod addresses are not known here
+	}
+	if sel := peer.NamespaceSelector; sel == nil {
+		if policyNS != ns {
+			return false
+		}
+	} else {
+		for k, v := range sel.MatchLabels {
+			if k != "kubernetes.io/metadata.name" || v != ns {
+				return false
+			}
+		}
+	}
+	if sel := peer.PodSelector; sel != nil {
+		for k, v := range sel.MatchLabels {
+			if labels[k] != v {
+				return false
+			}
+		}
+	}
+	return true
 }

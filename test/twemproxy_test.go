@@ -311,35 +311,11 @@ func setKeys(t *testing.T, addr string, keys []string) {
 func placement(t *testing.T, mcs []*memcachedtest.Server, keys []string) []int {
 	t.Helper()
 	owner := make([]int, len(keys))
-	for i := range owner {
-		owner[i] = -1
-	}
-	index := make(map[string]int, len(keys))
-	for i, k := range keys {
-		index[k] = i
-	}
-	for s, mc := range mcs {
-		c, err := net.Dial("tcp", mc.Addr)
-		if err != nil {
-			t.Fatal(err)
+	for i, on := range holders(t, mcs, keys) {
+		if len(on) != 1 {
+			t.Fatalf("key %s is on servers %v, want one", keys[i], on)
 		}
-		lines := roundTrip(t, c, bufio.NewReader(c), "get "+strings.Join(keys, " ")+"\r\n", "END")
-		c.Close()
-		for _, l := range lines {
-			f := strings.Fields(l)
-			if len(f) == 4 && f[0] == "VALUE" {
-				i, ok := index[f[1]]
-				if !ok || owner[i] != -1 {
-					t.Fatalf("server %d holds %q twice or unasked", s, f[1])
-				}
-				owner[i] = s
-			}
-		}
-	}
-	for i, o := range owner {
-		if o == -1 {
-			t.Fatalf("key %s is on no server", keys[i])
-		}
+		owner[i] = on[0]
 	}
 	return owner
 }

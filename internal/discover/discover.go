@@ -267,8 +267,8 @@ func (s *Set) Filled(cfg *config.Config) (*config.Config, error) {
 }
 
 // Lookup asks r for dc's name once: its A/AAAA records as servers at dc.Port, or its SRV
-// records, each target's first address at the record's port, named by the target. An
-// answer with no record is an error.
+// records, each target's first address at the record's port, named by the target and
+// weighted by the record (all of one weight: 1). An answer with no record is an error.
 func Lookup(ctx context.Context, r *net.Resolver, dc config.Discover) ([]config.Server, error) {
 	if !dc.SRV {
 		addrs, err := r.LookupIPAddr(ctx, dc.DNS)
@@ -285,8 +285,17 @@ func Lookup(ctx context.Context, r *net.Resolver, dc config.Discover) ([]config.
 	if err != nil {
 		return nil, err
 	}
+	// Records of one weight are servers of one weight: 1. Kubernetes' DNS gives each of n
+	// pods the weight 100/n, which changes with n; a server kept for remove_after would
+	// otherwise keep its old weight beside the others' new one, and move keys between the
+	// servers that stay.
+	equal := !slices.ContainsFunc(records, func(r *net.SRV) bool { return r.Weight != records[0].Weight })
 	var out []config.Server
 	for _, rec := range records {
+		weight := max(int(rec.Weight), 1)
+		if equal {
+			weight = 1
+		}
 		target := strings.TrimSuffix(rec.Target, ".")
 		addrs, err := r.LookupIPAddr(ctx, target)
 		if err != nil {
@@ -298,7 +307,7 @@ func Lookup(ctx context.Context, r *net.Resolver, dc config.Discover) ([]config.
 		out = append(out, config.Server{
 			Name:   target,
 			Addr:   net.JoinHostPort(addrs[0].IP.String(), strconv.Itoa(int(rec.Port))),
-			Weight: max(int(rec.Weight), 1),
+			Weight: weight,
 		})
 	}
 	return nonEmpty(dedup(out), dc.DNS)

@@ -56,6 +56,19 @@ func TestLookup(t *testing.T) {
 	if want := "mc-0.mc.test=10.0.0.7:11211/1 mc-1.mc.test=10.0.0.8:11212/2"; names(got) != want {
 		t.Errorf("SRV: %s, want %s", names(got), want)
 	}
+	// Records of one weight (Kubernetes: 100/n each) weigh 1, whatever n.
+	dns.SetSRV("_memcache._tcp.mc.test",
+		dnstest.SRV{Target: "mc-1.mc.test", Port: 11212, Weight: 33},
+		dnstest.SRV{Target: "mc-0.mc.test.", Port: 11211, Weight: 33})
+	got, err = Lookup(ctx, r, config.Discover{DNS: "_memcache._tcp.mc.test", SRV: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range got {
+		if s.Weight != 1 {
+			t.Errorf("SRV records of weight 33 each: %s weighs %d, want 1", s.RingName(), s.Weight)
+		}
+	}
 
 	if _, err := Lookup(ctx, r, config.Discover{DNS: "nothing.test.", Port: 1}); err == nil {
 		t.Error("NXDOMAIN gave no error")

@@ -328,18 +328,7 @@ func (m *Migration) read(ctx context.Context, order *turn.Turn, req *protocol.Re
 			missed, at = append(missed, req.Keys[i]), append(at, i)
 		}
 	}
-	if len(missed) == 0 || time.Now().UnixNano() < m.oldDownUntil.Load() {
-		return nil
-	}
-	copied, err := m.copyKeys(ctx, missed, true)
-	if err != nil {
-		// The old server failed us: the misses stand, which is a correct answer, and for a
-		// while reads do not wait for it again.
-		m.oldDownUntil.Store(time.Now().Add(oldRetryAfter).UnixNano())
-		m.opts.Logger.Warn("migration: the old server did not answer a read; misses stand", "server", m.opts.Name, "from", m.opts.From, "err", err, "retry_in", oldRetryAfter)
-		return nil
-	}
-	for j, it := range copied {
+	for j, it := range m.ReadMissed(ctx, missed) {
 		if it.Found {
 			resps[at[j]] = protocol.Response{Key: req.Keys[at[j]], Value: it.Value, Flags: it.Flags}
 		}
@@ -347,9 +336,10 @@ func (m *Migration) read(ctx context.Context, order *turn.Turn, req *protocol.Re
 	return nil
 }
 
-// ReadMissed reads keys that missed on the new server from the old one, as a read of the
-// slot does (see read): what it found, each copied to the new server after the answer.
-// A reshard's server asks it for the keys of a multi-get whose old servers differ.
+// ReadMissed reads keys that missed on the new server from the old one: what it found, each
+// copied to the new server after the answer. When the old server fails, the misses stand
+// (a correct answer) and for a while reads do not wait for it again. A reshard's server
+// asks it directly for the keys of a multi-get whose old servers differ.
 func (m *Migration) ReadMissed(ctx context.Context, keys [][]byte) []Item {
 	if len(keys) == 0 || m.Phase() == Done || time.Now().UnixNano() < m.oldDownUntil.Load() {
 		return make([]Item, len(keys))
@@ -360,7 +350,36 @@ func (m *Migration) ReadMissed(ctx context.Context, keys [][]byte) []Item {
 		m.opts.Logger.Warn("migration: the old server did not answer a read; misses stand", "server", m.opts.Name, "from", m.opts.From, "err", err, "retry_in", oldRetryAfter)
 		return make([]Item, len(keys))
 	}
+	if m.opts.DeleteMoved {
+		m.recheck(ctx, keys, items)
+	}
 	return items
+}
+
+// recheck reads again from the new server the keys the old one did not have: the
+// background copy may have moved them there, and deleted them on the old one, between the
+// read that missed on the new server and the read of the old.
+func (m *Migration) recheck(ctx context.Context, keys [][]byte, items []Item) {
+	var ask [][]byte
+	var at []int
+	for j, it := range items {
+		if !it.Found {
+			ask, at = append(ask, keys[j]), append(at, j)
+		}
+	}
+	if len(ask) == 0 {
+		return
+	}
+	get := protocol.Request{Op: protocol.OpGet, Keys: ask}
+	resps := make([]protocol.Response, len(ask))
+	if m.opts.New.Do(ctx, nil, &get, resps) != nil { // on no client's order: the client's read has its answer already
+		return
+	}
+	for i := range resps {
+		if resps[i].Status == protocol.StatusOK {
+			items[at[i]] = Item{Found: true, Value: resps[i].Value, Flags: resps[i].Flags}
+		}
+	}
 }
 
 // copyKeys copies keys from the old server to the new one, skipping any a client has

@@ -27,7 +27,7 @@ func (m *Migration) run(ctx context.Context) {
 	var err error
 	for pass := 1; pass <= maxPasses && err == nil; pass++ {
 		var fresh int64
-		fresh, err = m.pass(ctx, seen)
+		fresh, err = m.pass(ctx, seen, pass)
 		if pass > 1 && fresh > 0 {
 			m.opts.Logger.Info("migration: a later listing found keys the first had missed", "pool", m.opts.Pool, "server", m.opts.Name, "pass", pass, "keys", fresh)
 		}
@@ -45,9 +45,9 @@ func (m *Migration) run(ctx context.Context) {
 	m.finish(Done, nil)
 }
 
-// pass lists the old server once and copies the keys not in seen, adding them to it; it
-// returns how many keys were new.
-func (m *Migration) pass(ctx context.Context, seen map[uint64]struct{}) (int64, error) {
+// pass lists the old server once (the pass-th time) and copies the keys not in seen that
+// move, adding them to it; it returns how many keys were new.
+func (m *Migration) pass(ctx context.Context, seen map[uint64]struct{}, pass int) (int64, error) {
 	batchSize := copyBatch
 	if m.opts.Rate > 0 {
 		batchSize = max(1, min(copyBatch, m.opts.Rate/10)) // at least ten batches a second
@@ -86,8 +86,19 @@ func (m *Migration) pass(ctx context.Context, seen map[uint64]struct{}) (int64, 
 		}
 		return nil
 	}
-	var fresh int64
+	var fresh, listed int64
+	now := time.Now().Unix()
 	err := m.old.dump(ctx, func(e DumpEntry) error {
+		if listed++; listed%4096 == 0 {
+			now = time.Now().Unix() // not for every key: a listing is a server's every key
+		}
+		if m.opts.Moves != nil && !m.opts.Moves(e.Key) {
+			// Stays where it is: not remembered either, since only keys that move count.
+			if pass == 1 {
+				m.total.Add(1)
+			}
+			return nil
+		}
 		h := keyhash.Sum(e.Key)
 		if _, ok := seen[h]; ok {
 			return nil
@@ -95,11 +106,8 @@ func (m *Migration) pass(ctx context.Context, seen map[uint64]struct{}) (int64, 
 		seen[h] = struct{}{}
 		fresh++
 		m.total.Add(1)
-		if e.Exp > 0 && e.Exp <= time.Now().Unix() {
+		if e.Exp > 0 && e.Exp <= now {
 			return nil // expired: nothing to move
-		}
-		if m.opts.Moves != nil && !m.opts.Moves(e.Key) {
-			return nil // stays where it is
 		}
 		batch = append(batch, e.Key)
 		if len(batch) >= batchSize {

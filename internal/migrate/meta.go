@@ -126,20 +126,32 @@ type DumpEntry struct {
 func ParseMetadumpLine(line []byte) (DumpEntry, bool) {
 	var e DumpEntry
 	var haveKey, haveExp bool
-	for _, f := range bytes.Fields(line) {
-		name, value, found := bytes.Cut(f, []byte("="))
-		if !found {
-			continue
+	// Fields one by one, without allocating them: a copy lists a server's every key.
+	for rest := line; len(rest) > 0 && !(haveKey && haveExp); {
+		var f []byte
+		if i := bytes.IndexByte(rest, ' '); i >= 0 {
+			f, rest = rest[:i], rest[i+1:]
+		} else {
+			f, rest = bytes.TrimRight(rest, "\r\n"), nil
 		}
-		switch string(name) {
-		case "key":
-			k, err := url.PathUnescape(string(value))
-			if err != nil || k == "" || len(k) > 250 {
+		switch {
+		case bytes.HasPrefix(f, []byte("key=")):
+			value := f[len("key="):]
+			if bytes.IndexByte(value, '%') < 0 {
+				e.Key = bytes.Clone(value)
+			} else {
+				k, err := url.PathUnescape(string(value))
+				if err != nil {
+					return DumpEntry{}, false
+				}
+				e.Key = []byte(k)
+			}
+			if len(e.Key) == 0 || len(e.Key) > 250 {
 				return DumpEntry{}, false
 			}
-			e.Key, haveKey = []byte(k), true
-		case "exp":
-			v, err := strconv.ParseInt(string(value), 10, 64)
+			haveKey = true
+		case bytes.HasPrefix(f, []byte("exp=")):
+			v, err := strconv.ParseInt(string(f[len("exp="):]), 10, 64)
 			if err != nil {
 				return DumpEntry{}, false
 			}

@@ -175,8 +175,12 @@ func (o *oldServer) dumpOnce(ctx context.Context, each func(DumpEntry) error) er
 	}
 	r := bufio.NewReaderSize(nc, 64<<10)
 	for {
-		// The crawler may pause between batches; a long silence means it is stuck.
-		_ = nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		// The crawler may pause between batches; a long silence means it is stuck. (Set
+		// before reading the socket, not for every line already buffered: a listing is a
+		// server's every key.)
+		if r.Buffered() == 0 {
+			_ = nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		}
 		line, err := readLine(r)
 		if err != nil {
 			return fmt.Errorf("metadump from %s: %w", o.addr, err)

@@ -289,7 +289,9 @@ func (b *Builder) reshard(pd *Pending, cfg *config.Config, pc *config.Pool, memb
 		rs, ok := m.Server.(*reshardServer)
 		if !ok {
 			rs = &reshardServer{self: m.Addr, inner: m.Server, before: run.before, from: map[string]*migrate.Migration{}}
-			m.Server = rs
+			// The server under the wrapper is the member's (a reshardServer is made anew at
+			// each build): what stand-ins remember of it outlives reloads.
+			m.Server, m.Base = rs, m.Server
 		}
 		var old pool.Server // serves the key until apply_at
 		if !cfg.ApplyAt.IsZero() {

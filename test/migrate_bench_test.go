@@ -179,14 +179,15 @@ func reshardBench(b *testing.B, live bool, rate int) {
 		}
 		done := make(chan migrationJSON, 1)
 		go func() {
-			for {
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for ; ; <-tick.C {
 				for _, m := range migrations(b, admin) {
 					if m.Name == "reshard-1" && m.Phase != "copying" && m.Phase != "scheduled" {
 						done <- m
 						return
 					}
 				}
-				time.Sleep(5 * time.Millisecond)
 			}
 		}()
 		// Gets on the same 8 connections as before the reload, until the copy is done.

@@ -257,18 +257,8 @@ func (d *decoder) requireCert(t *TLS, v *yaml.Node, path string, seen map[string
 // listeners reads the listeners list; the default pools and the tls sections, which
 // depend on the rest of the file, are completed by link.
 func (d *decoder) listeners(v *yaml.Node, path string, l *links) []Listener {
-	if v.Kind != yaml.SequenceNode {
-		d.fail(v, path, "want a list of {listen, default_pool, tls}, got %s", describe(v))
-		return nil
-	}
 	var out []Listener
-	for i, e := range v.Content {
-		e = deref(e)
-		at := index(path, i)
-		if isNull(e) {
-			d.fail(e, at, "empty listener: want {listen, default_pool, tls}")
-			continue
-		}
+	d.entriesOf(v, path, "a list of {listen, default_pool, tls}", "empty listener: want {listen, default_pool, tls}", func(e *yaml.Node, at string) {
 		ln := Listener{Line: e.Line}
 		var tlsNode *yaml.Node
 		n := len(d.errs) + d.dropped
@@ -281,11 +271,11 @@ func (d *decoder) listeners(v *yaml.Node, path string, l *links) []Listener {
 			},
 		})
 		if len(d.errs)+d.dropped != n || e.Kind != yaml.MappingNode {
-			continue
+			return
 		}
 		if ln.Listen == "" {
 			d.fail(e, join(at, "listen"), "required: the address or Unix socket path of this port")
-			continue
+			return
 		}
 		nodes := listenerNodes{entry: e, tls: tlsNode}
 		if dp := seen["default_pool"]; dp != nil && !isNull(dp) {
@@ -293,8 +283,26 @@ func (d *decoder) listeners(v *yaml.Node, path string, l *links) []Listener {
 		}
 		out = append(out, ln)
 		l.listeners = append(l.listeners, nodes)
-	}
+	})
 	return out
+}
+
+// entriesOf calls each for every entry of the list v, with its path; v that is no list is
+// reported as not being want, and an empty entry with empty.
+func (d *decoder) entriesOf(v *yaml.Node, path, want, empty string, each func(e *yaml.Node, at string)) {
+	if v.Kind != yaml.SequenceNode {
+		d.fail(v, path, "want %s, got %s", want, describe(v))
+		return
+	}
+	for i, e := range v.Content {
+		e = deref(e)
+		at := index(path, i)
+		if isNull(e) {
+			d.fail(e, at, "%s", empty)
+			continue
+		}
+		each(e, at)
+	}
 }
 
 // poolTLS reads a pool's tls section; an empty one means TLS verified by the system's roots.
@@ -485,28 +493,18 @@ func (d *decoder) shadow(v *yaml.Node, path string) *Shadow {
 // error because that route could never match.
 func (d *decoder) routes(dst *[]Route, l *links) field {
 	return func(v *yaml.Node, path string) {
-		if v.Kind != yaml.SequenceNode {
-			d.fail(v, path, "want a list, got %s", describe(v))
-			return
-		}
 		var lines []int
-		for i, e := range v.Content {
-			e = deref(e)
-			at := index(path, i)
-			if isNull(e) {
-				d.fail(e, at, "empty route")
-				continue
-			}
+		d.entriesOf(v, path, "a list", "empty route", func(e *yaml.Node, at string) {
 			var r Route
 			n := len(d.errs) + d.dropped
 			seen := d.mapping(e, at, map[string]field{"prefix": d.str(&r.Prefix), "pool": d.str(&r.Pool)})
 			if len(d.errs)+d.dropped != n || e.Kind != yaml.MappingNode {
-				continue
+				return
 			}
 			pn, ok := seen["pool"]
 			if !ok || isNull(pn) {
 				d.fail(e, join(at, "pool"), "required")
-				continue
+				return
 			}
 			pre := seen["prefix"]
 			if pre == nil || isNull(pre) || r.Prefix == "" {
@@ -514,7 +512,7 @@ func (d *decoder) routes(dst *[]Route, l *links) field {
 					pre = e
 				}
 				d.fail(pre, join(at, "prefix"), "required and must not be empty; unrouted keys go to default_pool")
-				continue
+				return
 			}
 			shadowed := false
 			for j, earlier := range *dst {
@@ -526,11 +524,11 @@ func (d *decoder) routes(dst *[]Route, l *links) field {
 				}
 			}
 			if shadowed {
-				continue
+				return
 			}
 			*dst = append(*dst, r)
 			lines = append(lines, e.Line)
 			l.routePools = append(l.routePools, pn)
-		}
+		})
 	}
 }

@@ -58,6 +58,7 @@ var exportedFamilies = []exportedMetric{
 	{"moxi_backup_writes_dropped_total", dto.MetricType_COUNTER, nil},
 	{"moxi_warmup_reads_total", dto.MetricType_COUNTER, []string{"pool", "result"}},
 	{"moxi_shadow_requests_total", dto.MetricType_COUNTER, []string{"pool", "result"}},
+	{"moxi_replica_repairs_total", dto.MetricType_COUNTER, []string{"pool"}},
 	// Failover stand-ins (internal/admin).
 	{"moxi_failover_keys_remembered", dto.MetricType_GAUGE, nil},
 	{"moxi_failover_keys_remembered_max", dto.MetricType_GAUGE, nil},

@@ -2,11 +2,11 @@ package bgqueue
 
 import "github.com/moxi-proxy/moxi/internal/protocol"
 
-// copyRequest copies what a server needs of req into one new buffer: request bytes belong
+// CopyRequest copies what a server needs of req into one new buffer: request bytes belong
 // to the client's connection, and a queued copy outlives the handler of the request.
 // Replies the client asked to suppress (quiet, noreply, a meta q flag) are asked for: the
 // copy's answer goes to its queue's handler, not to the client.
-func copyRequest(req *protocol.Request) protocol.Request {
+func CopyRequest(req *protocol.Request) protocol.Request {
 	buf := make([]byte, 0, dataBytes(req))
 	clone := func(b []byte) []byte {
 		if b == nil {
@@ -42,7 +42,7 @@ func copyRequest(req *protocol.Request) protocol.Request {
 	return c
 }
 
-// dataBytes is the bytes req carries, which copyRequest copies: its keys, value and meta
+// dataBytes is the bytes req carries, which CopyRequest copies: its keys, value and meta
 // tokens.
 func dataBytes(req *protocol.Request) int {
 	n := len(req.Key) + len(req.Value) + len(req.Meta.KeyToken)
@@ -55,9 +55,9 @@ func dataBytes(req *protocol.Request) int {
 	return n
 }
 
-// weight is what a copy of req counts against MaxBytes, by m: with Memory, its data and
+// Weight is what a copy of req counts against MaxBytes, by m: with Memory, its data and
 // about 256 bytes of structs, 24 more a key or meta flag.
-func weight(req *protocol.Request, m Measure) int64 {
+func Weight(req *protocol.Request, m Measure) int64 {
 	n := dataBytes(req)
 	if m == Memory {
 		n += 256 + 24*(len(req.Keys)+len(req.Meta.Flags))

@@ -93,7 +93,7 @@ func New[T any](opts Options, handle Handler[T]) *Queue[T] {
 // queue is full it waits for room (back-pressure) until ctx ends; a request larger than
 // MaxBytes waits for the whole of it.
 func (q *Queue[T]) Enqueue(ctx context.Context, req *protocol.Request, to T) error {
-	w := min(weight(req, q.opts.Measure), q.opts.MaxBytes)
+	w := min(Weight(req, q.opts.Measure), q.opts.MaxBytes)
 	if err := q.items.Acquire(ctx, 1); err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func (q *Queue[T]) Enqueue(ctx context.Context, req *protocol.Request, to T) err
 // reports whether it did: a full or closed queue drops req, and a slow handler costs the
 // caller nothing.
 func (q *Queue[T]) TryEnqueue(req *protocol.Request, to T) bool {
-	w := weight(req, q.opts.Measure)
+	w := Weight(req, q.opts.Measure)
 	if !q.items.TryAcquire(1) {
 		return false
 	}
@@ -124,7 +124,7 @@ func (q *Queue[T]) TryEnqueue(req *protocol.Request, to T) bool {
 // Unless queued, req gives them back.
 func (q *Queue[T]) put(ctx context.Context, req *protocol.Request, to T, w int64, wait bool) error {
 	q.pending.Add(1)
-	j := &job[T]{req: copyRequest(req), to: to, weight: w}
+	j := &job[T]{req: CopyRequest(req), to: to, weight: w}
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	if q.closed {

@@ -226,7 +226,7 @@ func TestCopyOwnsItsBytes(t *testing.T) {
 			{Letter: 'q'}, {Letter: 'T', Token: []byte("30")},
 		}},
 	}
-	c := copyRequest(req)
+	c := CopyRequest(req)
 	for _, b := range [][]byte{req.Key, req.Value, req.Meta.KeyToken, req.Meta.Flags[1].Token} {
 		b[0] = 'X' // the client's buffer is reused
 	}
@@ -238,7 +238,7 @@ func TestCopyOwnsItsBytes(t *testing.T) {
 	}
 
 	get := &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("a"), []byte("b")}}
-	c = copyRequest(get)
+	c = CopyRequest(get)
 	get.Keys[1][0] = 'X'
 	if len(c.Keys) != 2 || string(c.Keys[1]) != "b" {
 		t.Errorf("copy's keys = %q", c.Keys)

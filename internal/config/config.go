@@ -96,7 +96,11 @@ type Pool struct {
 	Discover         *Discover // the server list comes from DNS instead of the file; nil: Servers
 	EmbeddedMemoryMB int       // memory bound of each embedded shard
 	MigrateRate      int       // keys/s cap of a migration's background copy; 0 = unlimited
-	TLS              *PoolTLS  // TLS to the servers; nil: plaintext
+
+	Replicas    int      // N > 1: each key lives on the N distinct servers that follow it (pool.Replicas)
+	WriteQuorum string   // with Replicas: one of pool.WriteQuorums(), the acknowledgements a write waits for
+	ReadFrom    string   // with Replicas: one of pool.ReadFroms(), the replica a read asks first
+	TLS         *PoolTLS // TLS to the servers; nil: plaintext
 
 	// WarmFrom is another pool's name, or "": a get that misses on this pool is read there,
 	// answered and copied here (docs/migration.md). That pool
@@ -274,6 +278,9 @@ func NewPool(name string) *Pool {
 		Failover:         true,
 		FailoverTTL:      defaultFailoverTTL,
 		EmbeddedMemoryMB: defaultEmbeddedMemoryMB,
+		Replicas:         1,
+		WriteQuorum:      pool.QuorumAll,
+		ReadFrom:         pool.ReadFirst,
 	}
 }
 

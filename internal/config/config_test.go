@@ -36,6 +36,9 @@ func contractConfig() *Config {
 		Embedded:         0,
 		EmbeddedMemoryMB: 64,
 		MigrateRate:      0,
+		Replicas:         1,
+		WriteQuorum:      "all",
+		ReadFrom:         "first",
 		TLS:              &PoolTLS{CA: "/etc/moxi/ca.crt", Line: 54},
 	}
 	spare := NewPool("spare")

@@ -36,6 +36,9 @@ pools:
     embedded: 2
     embedded_memory_mb: 64
     migrate_rate: 0
+    replicas: 1
+    write_quorum: all
+    read_from: first
 default_pool: main
 dedup: true
 hot_cache:

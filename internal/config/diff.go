@@ -133,6 +133,9 @@ func (d *differ) pool(prefix string, a, b *Pool) {
 	d.change(prefix, "embedded", a.Embedded, b.Embedded, "")
 	d.change(prefix, "embedded_memory_mb", a.EmbeddedMemoryMB, b.EmbeddedMemoryMB, "")
 	d.change(prefix, "migrate_rate", a.MigrateRate, b.MigrateRate, "")
+	d.change(prefix, "replicas", a.Replicas, b.Replicas, "")
+	d.change(prefix, "write_quorum", a.WriteQuorum, b.WriteQuorum, "")
+	d.change(prefix, "read_from", a.ReadFrom, b.ReadFrom, "")
 	d.change(prefix, "warm_from", quoteEmpty(a.WarmFrom), quoteEmpty(b.WarmFrom), "")
 	d.change(prefix, "shadow", shadowLabel(a.Shadow), shadowLabel(b.Shadow), "")
 	switch at, bt := a.TLS, b.TLS; {

@@ -135,6 +135,9 @@ func poolNode(p *Pool) *yaml.Node {
 	put(m, "embedded", intNode(p.Embedded))
 	put(m, "embedded_memory_mb", intNode(p.EmbeddedMemoryMB))
 	put(m, "migrate_rate", intNode(p.MigrateRate))
+	put(m, "replicas", intNode(p.Replicas))
+	put(m, "write_quorum", strNode(p.WriteQuorum))
+	put(m, "read_from", strNode(p.ReadFrom))
 	if t := p.TLS; t != nil {
 		tm := mapNode()
 		for _, f := range [][2]string{{"ca", t.CA}, {"cert", t.Cert}, {"key", t.Key}, {"server_name", t.ServerName}} {

@@ -372,6 +372,9 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml
 		"embedded":           d.integer(&p.Embedded, 0, maxEmbedded),
 		"embedded_memory_mb": d.integer(&p.EmbeddedMemoryMB, 1, math.MaxInt),
 		"migrate_rate":       d.integer(&p.MigrateRate, 0, math.MaxInt),
+		"replicas":           d.integer(&p.Replicas, 1, pool.MaxReplicas),
+		"write_quorum":       d.oneOf(&p.WriteQuorum, "write_quorum", pool.WriteQuorums()),
+		"read_from":          d.oneOf(&p.ReadFrom, "read_from", pool.ReadFroms()),
 		"tls":                func(v *yaml.Node, path string) { p.TLS = d.poolTLS(v, path) },
 		"warm_from":          d.str(&p.WarmFrom),
 		"shadow":             func(v *yaml.Node, path string) { p.Shadow = d.shadow(v, path) },
@@ -399,6 +402,10 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml
 		d.fail(key, path, "has no servers: give servers, embedded or discover")
 	case p.Embedded > 0 && p.TLS != nil:
 		d.fail(seen["tls"], join(path, "tls"), "an embedded pool has no servers to reach over TLS")
+	case p.Replicas > 1 && hasServers && sv.Kind == yaml.SequenceNode && len(sv.Content) < p.Replicas:
+		d.fail(seen["replicas"], join(path, "replicas"), "is %d but the pool has %d servers", p.Replicas, len(sv.Content))
+	case p.Embedded > 0 && p.Replicas > p.Embedded:
+		d.fail(seen["replicas"], join(path, "replicas"), "is %d but the pool has %d embedded shards", p.Replicas, p.Embedded)
 	}
 	return seen
 }

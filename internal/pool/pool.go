@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/moxi-proxy/moxi/internal/hashkit"
 	"github.com/moxi-proxy/moxi/internal/ketama"
 )
@@ -55,6 +57,15 @@ type Options struct {
 	// remembered, and a server serves again as soon as it is up.
 	StandIns *StandIns
 	Retries  int // further attempts after a timeout or connection error
+
+	// Replicas > 1 keeps each key on that many members (replicas.go); failover then
+	// composes no stand-ins: a key's other replicas stand in for a dead one.
+	Replicas    int
+	WriteQuorum string              // one of WriteQuorums(); "" is QuorumAll
+	ReadFrom    string              // one of ReadFroms(); "" is ReadFirst
+	KeyLocks    *KeyLocks           // serialise writes by key; nil: the pool's own
+	Background  *semaphore.Weighted // max_background_bytes of replica writes after their answer; nil: none
+	Repaired    func()              // called for each copy a read makes to a replica that missed
 }
 
 // picker maps a key hash to the index of the member that owns it, or that takes its keys
@@ -109,7 +120,14 @@ func New(name string, opts Options, members []Member) (*Pool, error) {
 		return nil, fmt.Errorf("pool %s: %w", name, err)
 	}
 	p.picker = pk
-	p.composeStandIns()
+	if p.Replicas() > 1 {
+		if p.opts.KeyLocks == nil {
+			p.opts.KeyLocks = new(KeyLocks)
+		}
+		p.composeReplicas()
+	} else {
+		p.composeStandIns()
+	}
 	return p, nil
 }
 
@@ -131,6 +149,9 @@ func (p *Pool) locate(key []byte) (i, owner int) {
 	}
 	h := p.hashOf(key)
 	owner = p.picker.Pick(h)
+	if p.Replicas() > 1 {
+		return p.firstServing(key), owner
+	}
 	if !p.opts.Failover || p.serving(owner) {
 		return owner, owner
 	}

@@ -44,11 +44,14 @@ type debt struct {
 	cur      *round // the round remembering new writes
 	cleaning bool   // a cleanup goroutine runs
 	retryAt  time.Time
+	// flush: a replica's key was not remembered (max keys were), so the replica is
+	// flushed before it serves, rather than trusted to failover_ttl as a stand-in is.
+	flush bool
 }
 
 // round is the stand-in writes remembered between two steps of a cleanup.
 type round struct {
-	keys    map[string]Server // key → the stand-in it was written to
+	keys    map[string]Server // key → the stand-in it was written to; nil: a replica's key (away)
 	writing sync.WaitGroup    // its writes not yet answered
 }
 
@@ -111,6 +114,34 @@ func (l *StandIns) remember(home Server, key []byte, standIn Server) *sync.WaitG
 	return &r.writing
 }
 
+// away records that key, of which home is a replica, was written without home: home was
+// away (not serving) or did not take the write. home then serves no read until key is
+// deleted on it; past max keys remembered it is flushed instead.
+func (l *StandIns) away(home Server, key []byte) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.owed[home]
+	if d == nil {
+		d = &debt{cur: newRound()}
+		l.owed[home] = d
+		l.owing.Add(1)
+	}
+	r := d.cur
+	if _, ok := r.keys[string(key)]; ok {
+		return
+	}
+	if l.n < l.max {
+		l.n++
+		r.keys[string(key)] = nil // deleted on home only: the other replicas hold the write
+		return
+	}
+	d.flush = true
+	l.forgotten.Add(1)
+}
+
 // clean starts home's cleanup unless one runs, or the last failed less than a second ago.
 func (l *StandIns) clean(home Server, pool, name string) {
 	l.mu.Lock()
@@ -136,6 +167,24 @@ func (l *StandIns) cleanup(home Server, d *debt, pool, name string) {
 	for {
 		l.mu.Lock()
 		r := d.cur
+		if d.flush {
+			d.flush = false
+			d.cur = newRound()
+			l.n -= len(r.keys)
+			l.mu.Unlock()
+			r.writing.Wait()
+			if !flush(home) {
+				l.mu.Lock()
+				d.flush = true
+				d.cleaning, d.retryAt = false, time.Now().Add(time.Second)
+				l.mu.Unlock()
+				l.logger.Warn("replicas: server back but not answering flush_all; it keeps not serving its keys", "pool", pool, "server", name)
+				return
+			}
+			l.logger.Info("replicas: server flushed before serving again: more keys were written while it was away than are remembered",
+				"pool", pool, "server", name)
+			continue
+		}
 		if len(r.keys) == 0 {
 			// Nothing written to a stand-in since the last round: home serves again. A
 			// write placed before this sees it in remember and is placed anew.
@@ -181,7 +230,9 @@ func deleteEverywhere(home Server, keys map[string]Server) map[string]Server {
 		byStandIn[s] = append(byStandIn[s], k)
 	}
 	for s, ks := range byStandIn {
-		deleteKeys(s, ks)
+		if s != nil { // nil: a replica's key, which only home deletes
+			deleteKeys(s, ks)
+		}
 	}
 	all := make([]string, 0, len(keys))
 	for k := range keys {
@@ -196,6 +247,15 @@ func deleteEverywhere(home Server, keys map[string]Server) map[string]Server {
 		}
 	}
 	return failed
+}
+
+// flush empties s with flush_all and reports whether it answered OK.
+func flush(s Server) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	var resp [1]protocol.Response
+	err := s.Do(ctx, nil, &protocol.Request{Op: protocol.OpFlushAll}, resp[:])
+	return err == nil && resp[0].Status == protocol.StatusOK
 }
 
 // deleteKeys deletes keys on s in batches and reports, per key, whether s answered (a

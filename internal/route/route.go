@@ -49,6 +49,18 @@ type Shared struct {
 	warmSkip       warmSkip               // keys never to read from a warm_from pool (warmup.go)
 	warmReads      *prometheus.CounterVec // moxi_warmup_reads_total{pool,result}
 	shadowRequests *prometheus.CounterVec // moxi_shadow_requests_total{pool,result}
+	replicaRepairs *prometheus.CounterVec // moxi_replica_repairs_total{pool}
+}
+
+// Background is the max_background_bytes budget, which replica writes answered before
+// every replica took them share with backup copies and shadow requests (pool.Options).
+func (s *Shared) Background() *semaphore.Weighted { return s.background }
+
+// ReplicaRepaired is what a replicated pool calls for each copy a read makes to a replica
+// that missed (pool.Options.Repaired): it counts in moxi_replica_repairs_total{pool}.
+func (s *Shared) ReplicaRepaired(pool string) func() {
+	c := s.replicaRepairs.WithLabelValues(pool)
+	return c.Inc
 }
 
 // NewShared returns the shared state of a process's composed servers.
@@ -74,7 +86,11 @@ func NewShared(opts Options) *Shared {
 	counter := func(name, help string, v func() uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
 	}
-	reg.MustRegister(s.warmReads, s.shadowRequests,
+	s.replicaRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moxi_replica_repairs_total",
+		Help: "Copies made to a replica that missed a key another replica held (pools with replicas), by pool.",
+	}, []string{"pool"})
+	reg.MustRegister(s.warmReads, s.shadowRequests, s.replicaRepairs,
 		counter("moxi_backup_reads_total", "Keys that missed or failed on their pool and were asked of its backup pool.", b.Reads.Load),
 		counter("moxi_backup_hits_total", "Keys the backup pool answered with a value.", b.Hits.Load),
 		counter("moxi_backup_writes_total", "Writes copied to a backup pool.", b.Writes.Load),

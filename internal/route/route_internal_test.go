@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"testing"
-
-	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // The guard of warm-up copies (see warmup.go): a copy runs only when no write of its
@@ -73,27 +71,5 @@ func TestShadowedFraction(t *testing.T) {
 		if shadowed(k, 0.1) && !shadowed(k, 0.2) {
 			t.Fatalf("%s is shadowed at 0.1 but not at 0.2", k)
 		}
-	}
-}
-
-func TestParseOld(t *testing.T) {
-	for _, tc := range []struct {
-		flags string
-		want  oldItem
-	}{
-		{" f7 t-1", oldItem{found: true, flags: 7, ttl: -1}},
-		{" f0 t30", oldItem{found: true, ttl: 30}},
-		{" t5 f4294967295", oldItem{found: true, flags: math.MaxUint32, ttl: 5}},
-	} {
-		resp := protocol.Response{Meta: protocol.MetaAnswer{Code: protocol.MetaVA, Flags: []byte(tc.flags)}}
-		if got := parseOld(&resp); got.found != tc.want.found || got.flags != tc.want.flags || got.ttl != tc.want.ttl {
-			t.Errorf("%q: %+v, want %+v", tc.flags, got, tc.want)
-		}
-	}
-	if _, ok := copyExptime(0); ok {
-		t.Error("an item with under a second left is copied")
-	}
-	if e, _ := copyExptime(40 * 24 * 3600); e < 1e9 {
-		t.Errorf("a TTL over 30 days is copied as %d, want an absolute time", e)
 	}
 }

@@ -1,14 +1,11 @@
 package route
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
+	"github.com/moxi-proxy/moxi/internal/itemcopy"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/turn"
@@ -82,14 +79,6 @@ func (s *warmSkip) has(k []byte) bool {
 	return ok
 }
 
-// oldItem is what OTHER holds of a key.
-type oldItem struct {
-	found bool
-	value []byte
-	flags uint32
-	ttl   int64 // remaining seconds; -1: no expiry
-}
-
 // warmUp is a member's server of a pool with warm_from.
 type warmUp struct {
 	wrapped
@@ -156,11 +145,11 @@ func (w *warmUp) warmUp(ctx context.Context, order *turn.Turn, req *protocol.Req
 	var wg sync.WaitGroup
 	for j, i := range idx {
 		it := &items[j]
-		w.s.warmRead(w.pool, it.found)
-		if !it.found {
+		w.s.warmRead(w.pool, it.Found)
+		if !it.Found {
 			continue
 		}
-		exptime, ok := copyExptime(it.ttl)
+		exptime, ok := itemcopy.Exptime(it.TTL)
 		if req.Op == protocol.OpGat || req.Op == protocol.OpGats {
 			exptime, ok = req.Exptime, true
 		}
@@ -169,7 +158,7 @@ func (w *warmUp) warmUp(ctx context.Context, order *turn.Turn, req *protocol.Req
 				// Stored: this pool holds it now. Not copied (an error here, or under a
 				// second left): OTHER's value is still no older than any acknowledged
 				// write, see above; its cas means nothing here.
-				out[i] = protocol.Response{Key: req.Keys[i], Value: it.value, Flags: it.flags}
+				out[i] = protocol.Response{Key: req.Keys[i], Value: it.Value, Flags: it.Flags}
 				return
 			}
 			mu.Lock()
@@ -205,31 +194,16 @@ func (w *warmUp) warmUp(ctx context.Context, order *turn.Turn, req *protocol.Req
 		// Not copied (a write of the stripe overlapped) and gone again here: OTHER's value
 		// is still a correct answer for this read, see above.
 		it := &items[at[i]]
-		out[i] = protocol.Response{Key: req.Keys[i], Value: it.value, Flags: it.flags}
+		out[i] = protocol.Response{Key: req.Keys[i], Value: it.Value, Flags: it.Flags}
 	}
-}
-
-// copyExptime is the expiry for a copy of an item with ttl seconds left, and false when it
-// must not be copied (under a second left). memcached reads values over 30 days as absolute
-// times.
-func copyExptime(ttl int64) (int64, bool) {
-	switch {
-	case ttl < 0:
-		return 0, true
-	case ttl == 0:
-		return 0, false
-	case ttl > 30*24*3600:
-		return time.Now().Unix() + ttl, true
-	}
-	return ttl, true
 }
 
 // copyIn adds it as k here, unless a write of k's stripe began or ended since epoch (see
 // the interleavings above). stored reports an add that stored; a refused copy or an add
 // that found the key reports false and no error.
-func (w *warmUp) copyIn(ctx context.Context, order *turn.Turn, k []byte, it *oldItem, exptime int64, epoch uint64) (stored bool, err error) {
+func (w *warmUp) copyIn(ctx context.Context, order *turn.Turn, k []byte, it *itemcopy.Item, exptime int64, epoch uint64) (stored bool, err error) {
 	w.s.Writes.ifQuiet(k, epoch, func() {
-		add := protocol.Request{Op: protocol.OpAdd, Key: k, Value: it.value, Flags: it.flags, Exptime: exptime}
+		add := itemcopy.Store(protocol.OpAdd, k, it, exptime)
 		var resp [1]protocol.Response
 		if err = w.inner.Do(ctx, order, &add, resp[:]); err == nil {
 			stored = resp[0].Status == protocol.StatusOK
@@ -241,8 +215,8 @@ func (w *warmUp) copyIn(ctx context.Context, order *turn.Turn, k []byte, it *old
 // readOld reads keys[i], for i in idx, from OTHER: one batch of mg requests per server,
 // the servers in parallel. A server that does not answer reads as a miss: the miss here
 // stands, which is a correct answer.
-func (w *warmUp) readOld(ctx context.Context, order *turn.Turn, keys [][]byte, idx []int) []oldItem {
-	items := make([]oldItem, len(idx))
+func (w *warmUp) readOld(ctx context.Context, order *turn.Turn, keys [][]byte, idx []int) []itemcopy.Item {
+	items := make([]itemcopy.Item, len(idx))
 	var wg sync.WaitGroup
 	for _, b := range byMember(w.from, keys, idx) {
 		wg.Add(1)
@@ -252,12 +226,12 @@ func (w *warmUp) readOld(ctx context.Context, order *turn.Turn, keys [][]byte, i
 			resps := make([]protocol.Response, len(b.at))
 			errs := make([]error, len(b.at))
 			for n, j := range b.at {
-				reqs[n] = oldGet(keys[idx[j]])
+				reqs[n] = itemcopy.Get(keys[idx[j]])
 			}
 			b.m.Server.DoBatch(ctx, order, reqs, resps, errs)
 			for n, j := range b.at {
 				if errs[n] == nil {
-					items[j] = parseOld(&resps[n])
+					items[j] = itemcopy.Parse(&resps[n])
 				}
 			}
 		}()
@@ -266,66 +240,15 @@ func (w *warmUp) readOld(ctx context.Context, order *turn.Turn, keys [][]byte, i
 	return items
 }
 
-// oldGet is "mg <key> v f t": the value, its client flags and its remaining TTL. A key that
-// is no text token (a binary client's) goes base64 with b.
-func oldGet(k []byte) protocol.Request {
-	req := protocol.Request{Op: protocol.OpMetaGet, Key: k}
-	req.Meta.KeyToken = k
-	if !textToken(k) {
-		req.Meta.KeyToken = base64.StdEncoding.AppendEncode(nil, k)
-		req.Meta.Base64 = true
-		req.Meta.Flags = append(req.Meta.Flags, protocol.MetaFlag{Letter: 'b'})
-	}
-	req.Meta.ReturnValue = true
-	req.Meta.Flags = append(req.Meta.Flags, protocol.MetaFlag{Letter: 'v'}, protocol.MetaFlag{Letter: 'f'}, protocol.MetaFlag{Letter: 't'})
-	return req
-}
-
-func textToken(k []byte) bool {
-	if len(k) == 0 || len(k) > protocol.MaxKeyLength {
-		return false
-	}
-	for _, c := range k {
-		if c <= ' ' || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// parseOld reads the answer to oldGet: VA with " f<flags> t<ttl>", or a miss.
-func parseOld(r *protocol.Response) oldItem {
-	if r.Meta.Code != protocol.MetaVA {
-		return oldItem{}
-	}
-	it := oldItem{found: true, value: r.Value, ttl: -1}
-	for _, tok := range bytes.Fields(r.Meta.Flags) {
-		if len(tok) < 2 {
-			continue
-		}
-		switch tok[0] {
-		case 'f':
-			if f, err := strconv.ParseUint(string(tok[1:]), 10, 32); err == nil {
-				it.flags = uint32(f)
-			}
-		case 't':
-			if n, err := strconv.ParseInt(string(tok[1:]), 10, 64); err == nil {
-				it.ttl = n
-			}
-		}
-	}
-	return it
-}
-
 // warmMeta follows up an mg that missed here: a hit on OTHER is copied here, and the mg is
 // sent here again, so that its answer is memcached's own.
 func (w *warmUp) warmMeta(ctx context.Context, order *turn.Turn, req *protocol.Request, one []protocol.Response, epoch uint64) {
 	it := w.readOld(ctx, order, [][]byte{req.Key}, []int{0})[0]
-	w.s.warmRead(w.pool, it.found)
-	if !it.found {
+	w.s.warmRead(w.pool, it.Found)
+	if !it.Found {
 		return
 	}
-	if exptime, ok := copyExptime(it.ttl); ok {
+	if exptime, ok := itemcopy.Exptime(it.TTL); ok {
 		if _, err := w.copyIn(ctx, order, req.Key, &it, exptime, epoch); err != nil {
 			return // the miss stands
 		}

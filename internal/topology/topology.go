@@ -43,6 +43,7 @@ type Builder struct {
 
 	mu         sync.Mutex
 	standIns   *pool.StandIns                      // shared by every pool built; made by the first Build
+	keyLocks   pool.KeyLocks                       // replicated pools' writes by key, across reloads
 	running    map[serverKey]pool.Server           // the servers of the committed topology
 	migrations map[migrationKey]*migrate.Migration // its migrations
 	placements map[string]placement                // its pools' key placements, by pool name (reshard.go)
@@ -123,6 +124,12 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 			FailoverTTL:  pc.FailoverTTL,
 			StandIns:     b.standIns,
 			Retries:      pc.Retries,
+			Replicas:     pc.Replicas,
+			WriteQuorum:  pc.WriteQuorum,
+			ReadFrom:     pc.ReadFrom,
+			KeyLocks:     &b.keyLocks,
+			Background:   b.Features.Background(),
+			Repaired:     b.Features.ReplicaRepaired(pc.Name),
 		}, b.members(pd, cfg, pc))
 		if err != nil {
 			pd.abortLocked()

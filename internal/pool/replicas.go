@@ -1,0 +1,583 @@
+package pool
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"github.com/moxi-proxy/moxi/internal/bgqueue"
+	"github.com/moxi-proxy/moxi/internal/itemcopy"
+	"github.com/moxi-proxy/moxi/internal/keyhash"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
+)
+
+// Replication (a pool's replicas: N > 1). Each key lives on the N distinct members that
+// follow it on the ring (replicasOf: the owner, then the live-pick of the distribution over
+// the members not yet chosen, so that the N do not depend on which servers are alive). A
+// member's server is composed into a replica, which sends each request it is given to the
+// key's replicas' own servers:
+//
+//   - A write goes to every replica that serves (the others are away: remembered in
+//     StandIns, they serve no read until the key is deleted on them) and is answered after
+//     the write quorum; a replica that does not take it is away for the key from then on.
+//   - cas, incr/decr, append/prepend, add, replace and the meta equivalents are decided by
+//     the first replica that serves, and the item it then holds is carried to the others
+//     with set (or delete), so that replicas never diverge.
+//   - A read asks one replica (read_from) and on a miss or an error the next; a hit found
+//     after misses is copied to the replicas that missed it with add and its remaining TTL.
+//     gets, gats and mg with c read the first replica only: each server numbers its own cas.
+//
+// Writes of one key are serialised within the process (KeyLocks), from their first send to
+// their last answer: concurrent writes then reach every replica in the same order, and a
+// read's copy is made only if no write of its key's stripe began since the read did.
+
+// The write quorums and read orders of pools.*.write_quorum and pools.*.read_from.
+const (
+	QuorumAll      = "all"      // every replica that serves; one that fails is away, not a failure
+	QuorumMajority = "majority" // more than half of the replicas that serve
+	QuorumOne      = "one"      // the first answer
+	ReadFirst      = "first"    // ring order
+	ReadRandom     = "random"   // a random serving replica first, then ring order
+	MaxReplicas    = 8          // the most replicas a pool may keep of a key
+)
+
+// WriteQuorums are the names write_quorum takes.
+func WriteQuorums() []string { return []string{QuorumAll, QuorumMajority, QuorumOne} }
+
+// ReadFroms are the names read_from takes.
+func ReadFroms() []string { return []string{ReadFirst, ReadRandom} }
+
+// KeyLocks serialise the writes of a replicated pool by key stripe; one per process, so
+// that writes of the topologies before and after a reload are serialised too.
+type KeyLocks struct{ keyhash.Stripes[keyLock] }
+
+type keyLock struct {
+	mu    sync.Mutex
+	epoch atomic.Uint64 // counts up when a write begins and when it ends, under mu
+}
+
+// lock begins a write of key; the function it returns ends it.
+func (k *KeyLocks) lock(key []byte) func() {
+	l := k.Of(key)
+	l.mu.Lock()
+	l.epoch.Add(1)
+	return func() { l.epoch.Add(1); l.mu.Unlock() }
+}
+
+// ifQuiet runs fn under key's stripe lock if no write of the stripe began since epoch.
+func (k *KeyLocks) ifQuiet(key []byte, epoch uint64, fn func()) {
+	l := k.Of(key)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.epoch.Load() == epoch {
+		fn()
+	}
+}
+
+// settled is key's stripe's count of writes begun and ended, once no write of the stripe
+// runs: a read waits for the write of its key in flight, so that it never answers what the
+// write replaced after a replica acknowledged it (an early answer, write_quorum one or
+// majority, leaves other replicas to take it after).
+func (k *KeyLocks) settled(key []byte) uint64 {
+	l := k.Of(key)
+	if e := l.epoch.Load(); e%2 == 0 {
+		return e
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch.Load()
+}
+
+// replicaSet is the members that hold a key, in ring order.
+type replicaSet struct {
+	n   int
+	idx [MaxReplicas]int
+}
+
+func (s *replicaSet) has(m int) bool {
+	for _, i := range s.idx[:s.n] {
+		if i == m {
+			return true
+		}
+	}
+	return false
+}
+
+// replicasOf is the members that hold key: its owner and the ones that follow it.
+func (p *Pool) replicasOf(key []byte) replicaSet {
+	var s replicaSet
+	n := min(p.opts.Replicas, len(p.members), MaxReplicas)
+	h := p.hashOf(key)
+	s.idx[0], s.n = p.picker.Pick(h), 1
+	notChosen := func(m int) bool { return !s.has(m) }
+	for s.n < n {
+		next := p.picker.PickLive(h, notChosen)
+		if next < 0 {
+			break
+		}
+		s.idx[s.n] = next
+		s.n++
+	}
+	return s
+}
+
+// firstServing is the first of key's replicas that serves, or its owner when none does (it
+// answers "dead" at once).
+func (p *Pool) firstServing(key []byte) int {
+	s := p.replicasOf(key)
+	for _, i := range s.idx[:s.n] {
+		if p.serving(i) {
+			return i
+		}
+	}
+	return s.idx[0]
+}
+
+// Replicas is the number of members that hold each key: 1 for a pool without replication.
+func (p *Pool) Replicas() int { return max(1, min(p.opts.Replicas, len(p.members))) }
+
+// ReplicasOf is the indexes of the members that hold key, in ring order.
+func (p *Pool) ReplicasOf(key []byte) []int {
+	s := p.replicasOf(key)
+	return append([]int(nil), s.idx[:s.n]...)
+}
+
+// replica is a member's server in a replicated pool: the requests the proxy places on the
+// member go to their keys' replicas (see Replication above).
+type replica struct {
+	pool   *Pool
+	self   int      // the member's index
+	direct []Server // every member's server under the replica: where requests are sent
+}
+
+var _ Server = (*replica)(nil)
+
+// composeReplicas wraps each member's server in a replica, when the pool keeps more than one.
+func (p *Pool) composeReplicas() {
+	if p.Replicas() < 2 {
+		return
+	}
+	direct := make([]Server, len(p.members))
+	for i := range p.members {
+		direct[i] = p.members[i].Server
+	}
+	for i := range p.members {
+		p.members[i].Server = &replica{pool: p, self: i, direct: direct}
+	}
+}
+
+func (r *replica) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	switch {
+	case req.Op.IsRetrieval():
+		return r.read(ctx, order, req, resps)
+	case req.Op == protocol.OpMetaGet:
+		return r.metaGet(ctx, order, req, resps)
+	case req.Op.ChangesKey():
+		return r.write(ctx, order, req, resps)
+	}
+	return r.direct[r.self].Do(ctx, order, req, resps) // no key: the member's own server
+}
+
+// DoBatch executes the batch one request after the other: each may go to other servers.
+func (r *replica) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	DoEach(ctx, order, r, reqs, resps, errs)
+}
+
+func (r *replica) Up() bool               { return r.direct[r.self].Up() }
+func (r *replica) Info() Info             { return r.direct[r.self].Info() }
+func (r *replica) Stats() []protocol.Stat { return r.direct[r.self].Stats() }
+
+// Close does nothing: whoever made the server (the topology's builder) closes it.
+func (r *replica) Close() error { return nil }
+
+// noReplica is the answer to a request none of whose key's replicas serves.
+var noReplica = protocol.Response{Status: protocol.StatusTempFailure, Msg: "no replica of the key is serving"}
+
+// acked reports whether a replica took a write: it answered, and not with a failure of its own.
+func acked(resp *protocol.Response, err error) bool {
+	return err == nil && resp.Status != protocol.StatusTempFailure && resp.Status != protocol.StatusNoMemory
+}
+
+// succeeded reports whether a decided write changed the item (its result is to be carried).
+func succeeded(req *protocol.Request, resp *protocol.Response) bool {
+	if req.Op.IsMeta() {
+		return resp.Meta.Code == protocol.MetaHD || resp.Meta.Code == protocol.MetaVA
+	}
+	return resp.Status == protocol.StatusOK
+}
+
+// decided reports whether req's outcome depends on the item it finds, so that the first
+// serving replica decides it and its result is carried to the others.
+func decided(req *protocol.Request) bool {
+	switch req.Op {
+	case protocol.OpAdd, protocol.OpReplace, protocol.OpAppend, protocol.OpPrepend, protocol.OpCas,
+		protocol.OpIncr, protocol.OpDecr, protocol.OpMetaArithmetic:
+		return true
+	case protocol.OpSet, protocol.OpDelete:
+		return req.Cas != 0 // a binary compare
+	case protocol.OpMetaSet:
+		return req.Meta.HasCas || req.Meta.Invalidate || (req.Meta.Mode != 0 && req.Meta.Mode != 'S' && req.Meta.Mode != 's')
+	case protocol.OpMetaDelete:
+		_, x := req.Meta.Flag('x')
+		return req.Meta.HasCas || req.Meta.Invalidate || x
+	}
+	return false
+}
+
+// write sends a write to key's replicas (see Replication above).
+func (r *replica) write(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	p := r.pool
+	unlock := p.opts.KeyLocks.lock(req.Key)
+	set := p.replicasOf(req.Key)
+	var targets [MaxReplicas]int
+	n := 0
+	for _, i := range set.idx[:set.n] {
+		if p.serving(i) {
+			targets[n] = i
+			n++
+		} else {
+			// Before the write is sent anywhere: from then on the replica owes the key.
+			p.opts.StandIns.away(p.members[i].Base, req.Key)
+		}
+	}
+	if n == 0 {
+		unlock()
+		order.Dispatched()
+		resps[0] = noReplica
+		return nil
+	}
+	if decided(req) {
+		defer unlock()
+		return r.decide(ctx, order, req, resps, targets[:n])
+	}
+	return r.fanOut(ctx, order, req, resps, targets[:n], unlock)
+}
+
+// fanOut sends req to every target at once and answers after the pool's write quorum; the
+// rest finish in the background, within max_background_bytes (past it the answer waits
+// for them), and end the write's lock (unlock) when they are done.
+func (r *replica) fanOut(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response, targets []int, unlock func()) error {
+	p := r.pool
+	n := len(targets)
+	need := n
+	switch p.opts.WriteQuorum {
+	case QuorumMajority:
+		need = n/2 + 1
+	case QuorumOne:
+		need = 1
+	}
+	var weight int64
+	send, sent := order, func() {}
+	if need < n {
+		weight = bgqueue.Weight(req, bgqueue.Memory)
+		if p.opts.Background != nil && p.opts.Background.TryAcquire(weight) {
+			// The answer leaves sends running after the client's request is gone: they get
+			// a copy of it, a context that outlives it (each send ends within its server's
+			// timeout), and a turn of their own; the request's is given on at the answer.
+			c := bgqueue.CopyRequest(req)
+			req, ctx = &c, context.WithoutCancel(ctx)
+			send, sent = order.Defer()
+		} else {
+			need, weight = n, 0 // past the budget: the answer waits for every replica
+		}
+	}
+	if need == n {
+		order.Split(n)
+	}
+	type result struct {
+		member int
+		resp   protocol.Response
+		err    error
+	}
+	results := make(chan result, n)
+	for _, i := range targets {
+		go func() {
+			var one [1]protocol.Response
+			err := r.direct[i].Do(ctx, send, req, one[:])
+			results <- result{i, one[0], err}
+		}()
+	}
+	var answer protocol.Response
+	acks, failures := 0, 0
+	collect := func(res result) {
+		if !acked(&res.resp, res.err) {
+			failures++
+			p.opts.StandIns.away(p.members[res.member].Base, req.Key)
+			return
+		}
+		if acks == 0 || (answer.Status != protocol.StatusOK && res.resp.Status == protocol.StatusOK) {
+			answer = res.resp
+		}
+		acks++
+	}
+	got := 0
+	for ; got < n && acks < need; got++ {
+		collect(<-results)
+	}
+	switch {
+	case acks >= need || (p.opts.WriteQuorum == QuorumAll && acks > 0):
+		// all: a replica that failed is away for the key, so every other has taken it.
+		resps[0] = answer
+	case acks == 0:
+		resps[0] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "no replica took the write"}
+	default:
+		resps[0] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "the write quorum was not reached"}
+	}
+	sent()
+	if got == n {
+		unlock()
+		return nil
+	}
+	go func() {
+		for ; got < n; got++ {
+			collect(<-results)
+		}
+		unlock()
+		p.opts.Background.Release(weight)
+	}()
+	return nil
+}
+
+// decide has the first target decide req, and carries the item it then holds to the others.
+func (r *replica) decide(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response, targets []int) error {
+	p := r.pool
+	each, done := order.Defer()
+	defer done()
+	first := targets[0]
+	if err := r.direct[first].Do(ctx, each, req, resps); err != nil {
+		// It may have landed there: the others keep their item, but the first owes the key.
+		p.opts.StandIns.away(p.members[first].Base, req.Key)
+		return err
+	}
+	if !succeeded(req, &resps[0]) || len(targets) == 1 {
+		return nil
+	}
+	get := itemcopy.Get(req.Key)
+	var got [1]protocol.Response
+	carry := protocol.Request{Op: protocol.OpDelete, Key: req.Key}
+	if err := r.direct[first].Do(ctx, each, &get, got[:]); err != nil {
+		// What the first holds is unknown: the others must not serve theirs.
+		for _, i := range targets[1:] {
+			p.opts.StandIns.away(p.members[i].Base, req.Key)
+		}
+		return nil
+	}
+	if it := itemcopy.Parse(&got[0]); it.Found {
+		if exptime, ok := itemcopy.Exptime(it.TTL); ok {
+			carry = itemcopy.Store(protocol.OpSet, req.Key, &it, exptime)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, i := range targets[1:] {
+		wg.Go(func() {
+			var one [1]protocol.Response
+			err := r.direct[i].Do(ctx, each, &carry, one[:])
+			if !acked(&one[0], err) {
+				p.opts.StandIns.away(p.members[i].Base, req.Key)
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// readOrder is the replicas of key a read asks, in the order it asks them: the serving
+// ones, the first of them at random with read_from random unless firstOnly; with firstOnly
+// only the first.
+func (r *replica) readOrder(key []byte, firstOnly bool) replicaSet {
+	p := r.pool
+	all := p.replicasOf(key)
+	var s replicaSet
+	for _, i := range all.idx[:all.n] {
+		if p.serving(i) {
+			s.idx[s.n] = i
+			s.n++
+		}
+	}
+	if firstOnly {
+		s.n = min(s.n, 1)
+	} else if s.n > 1 && p.opts.ReadFrom == ReadRandom {
+		j := rand.IntN(s.n)
+		s.idx[0], s.idx[j] = s.idx[j], s.idx[0]
+	}
+	return s
+}
+
+// read answers a retrieval of one or more keys: one batch per server per round, the keys
+// that missed or failed asked of their next replica in the next round.
+func (r *replica) read(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	p := r.pool
+	firstOnly := req.Op == protocol.OpGets || req.Op == protocol.OpGats
+	n := len(req.Keys)
+	orders := make([]replicaSet, n)
+	tried := make([]int, n)      // replicas of orders[k] asked so far
+	missed := make([][]int, n)   // replicas that answered a miss, for the copy
+	epochs := make([]uint64, n)  // the key's stripe's epoch before its first read
+	answered := make([]bool, n)  // some replica answered (a hit, or a miss)
+	pending := make([]int, 0, n) // keys to ask in this round
+	var lastErr error
+	for k, key := range req.Keys {
+		orders[k] = r.readOrder(key, firstOnly)
+		epochs[k] = p.opts.KeyLocks.settled(key)
+		if orders[k].n == 0 {
+			resps[k] = noReplica
+			resps[k].Key = key
+			continue
+		}
+		pending = append(pending, k)
+	}
+	if len(pending) == 0 {
+		order.Dispatched()
+		return nil
+	}
+	turnOf := order
+	for round := 0; len(pending) > 0; round++ {
+		groups := make(map[int][]int) // server → keys
+		for _, k := range pending {
+			s := orders[k].idx[tried[k]]
+			groups[s] = append(groups[s], k)
+		}
+		if round == 0 {
+			order.Split(len(groups))
+		} else if round == 1 {
+			turnOf = order.After()
+		}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var next []int
+		for s, ks := range groups {
+			wg.Go(func() {
+				sub := *req
+				sub.Keys = make([][]byte, len(ks))
+				for j, k := range ks {
+					sub.Keys[j] = req.Keys[k]
+				}
+				out := make([]protocol.Response, len(ks))
+				err := r.direct[s].Do(ctx, turnOf, &sub, out)
+				mu.Lock()
+				defer mu.Unlock()
+				for j, k := range ks {
+					tried[k]++
+					switch {
+					case err != nil || out[j].Status == protocol.StatusTempFailure:
+						if err != nil {
+							lastErr = err
+						} else if !answered[k] {
+							resps[k] = out[j]
+						}
+					case out[j].Status == protocol.StatusOK:
+						resps[k], answered[k] = out[j], true
+						continue
+					default:
+						resps[k], answered[k] = out[j], true
+						missed[k] = append(missed[k], s)
+					}
+					if tried[k] < orders[k].n {
+						next = append(next, k)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		pending = next
+	}
+	var repairs []int
+	for k := range n {
+		if answered[k] && resps[k].Status == protocol.StatusOK && len(missed[k]) > 0 {
+			repairs = append(repairs, k)
+		}
+		if !answered[k] && orders[k].n > 0 && resps[k].Status != protocol.StatusTempFailure {
+			if n == 1 && lastErr != nil {
+				return lastErr // the one key's every replica failed: as a server that failed
+			}
+			resps[k] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "no replica of the key answered", Key: req.Keys[k]}
+		}
+	}
+	for _, k := range repairs {
+		gatExptime := int64(-1)
+		if req.Op == protocol.OpGat {
+			gatExptime = req.Exptime
+		}
+		r.repair(ctx, turnOf, req.Keys[k], orders[k].idx[tried[k]-1], missed[k], epochs[k], gatExptime)
+	}
+	return nil
+}
+
+// metaGet answers an mg: from the first serving replica, and after a miss from the next,
+// unless its flags ask for what only one server can answer (c) or change the item (N T E R).
+func (r *replica) metaGet(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	p := r.pool
+	m := &req.Meta
+	_, cas := m.Flag('c')
+	_, e := m.Flag('E')
+	firstOnly := cas || e || m.Vivify || m.HasTTL || m.Recache
+	orderOf := r.readOrder(req.Key, firstOnly)
+	if orderOf.n == 0 {
+		order.Dispatched()
+		resps[0] = noReplica
+		return nil
+	}
+	epoch := p.opts.KeyLocks.settled(req.Key)
+	turnOf := order
+	var missed []int
+	var err error
+	for j, s := range orderOf.idx[:orderOf.n] {
+		if j == 1 {
+			turnOf = order.After()
+		}
+		var one [1]protocol.Response
+		if err = r.direct[s].Do(ctx, turnOf, req, one[:]); err != nil {
+			continue
+		}
+		resps[0] = one[0]
+		switch one[0].Meta.Code {
+		case protocol.MetaEN:
+			missed = append(missed, s)
+			continue
+		case protocol.MetaVA, protocol.MetaHD:
+			if len(missed) > 0 {
+				r.repair(ctx, turnOf, req.Key, s, missed, epoch, -1)
+			}
+		}
+		return nil
+	}
+	if len(missed) > 0 {
+		return nil // the last miss stands
+	}
+	return err
+}
+
+// repair copies key from replica from to the replicas that missed it, with add and its
+// remaining TTL (or exptime, a gat's, when ≥ 0), unless a write of its stripe began since
+// epoch, before the read.
+func (r *replica) repair(ctx context.Context, order *turn.Turn, key []byte, from int, missed []int, epoch uint64, exptime int64) {
+	p := r.pool
+	get := itemcopy.Get(key)
+	var got [1]protocol.Response
+	if err := r.direct[from].Do(ctx, order, &get, got[:]); err != nil {
+		return
+	}
+	it := itemcopy.Parse(&got[0])
+	if !it.Found {
+		return
+	}
+	if exptime < 0 {
+		var ok bool
+		if exptime, ok = itemcopy.Exptime(it.TTL); !ok {
+			return
+		}
+	}
+	add := itemcopy.Store(protocol.OpAdd, key, &it, exptime)
+	p.opts.KeyLocks.ifQuiet(key, epoch, func() {
+		for _, i := range missed {
+			var one [1]protocol.Response
+			if err := r.direct[i].Do(ctx, order, &add, one[:]); err == nil && one[0].Status == protocol.StatusOK {
+				if p.opts.Repaired != nil {
+					p.opts.Repaired()
+				}
+			}
+		}
+	})
+}

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -152,7 +153,10 @@ type replica struct {
 	direct []Server // every member's server under the replica: where requests are sent
 }
 
-var _ Server = (*replica)(nil)
+var (
+	_ Server  = (*replica)(nil)
+	_ Starter = (*replica)(nil)
+)
 
 // composeReplicas wraps each member's server in a replica, when the pool keeps more than one.
 func (p *Pool) composeReplicas() {
@@ -183,6 +187,173 @@ func (r *replica) Do(ctx context.Context, order *turn.Turn, req *protocol.Reques
 // DoBatch executes the batch one request after the other: each may go to other servers.
 func (r *replica) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
 	DoEach(ctx, order, r, reqs, resps, errs)
+}
+
+// StartBatch starts a lone plain write (the kind a fan-out sends, see fanOut) on every
+// serving replica without a goroutine waiting for it: the replicas' answers finish it. It
+// declines everything else, and a write whose key's lock is taken or whose replicas cannot
+// start it at once.
+func (r *replica) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+	if len(reqs) != 1 || !reqs[0].Op.ChangesKey() || decided(&reqs[0]) {
+		return false
+	}
+	p := r.pool
+	req := &reqs[0]
+	l := p.opts.KeyLocks.Of(req.Key)
+	if !l.mu.TryLock() {
+		return false
+	}
+	set := p.replicasOf(req.Key)
+	var targets [MaxReplicas]int
+	n := 0
+	for _, i := range set.idx[:set.n] {
+		if !p.serving(i) {
+			continue
+		}
+		if _, ok := r.direct[i].(Starter); !ok {
+			l.mu.Unlock()
+			return false
+		}
+		targets[n] = i
+		n++
+	}
+	if n == 0 {
+		l.mu.Unlock()
+		return false // answered by write, which remembers the away replicas
+	}
+	l.epoch.Add(1)
+	for _, i := range set.idx[:set.n] {
+		if !slices.Contains(targets[:n], i) {
+			p.opts.StandIns.away(p.members[i].Base, req.Key)
+		}
+	}
+	f, req := r.newFan(req, targets[:n], func() { l.epoch.Add(1); l.mu.Unlock() })
+	f.answer = func(resp protocol.Response) { resps[0], errs[0] = resp, nil; done() }
+	order.Split(n)
+	for j, i := range targets[:n] {
+		s := &f.sends[j]
+		s.req[0] = *req
+		if !r.direct[i].(Starter).StartBatch(ctx, order, s.req[:], s.resp[:], s.err[:], func() { f.collect(s) }) {
+			go func() {
+				s.err[0] = r.direct[i].Do(ctx, order, &s.req[0], s.resp[:])
+				f.collect(s)
+			}()
+		}
+	}
+	return true
+}
+
+// fan is a write sent to several replicas: it is answered once the quorum has taken it, and
+// ends its key's lock once every replica has answered.
+type fan struct {
+	r      *replica
+	key    []byte
+	n      int
+	need   int
+	first  int   // the first target: the one whose cas an answer with a cas must carry
+	cas    bool  // the answer carries a cas (binary, or meta with c)
+	weight int64 // of max_background_bytes, held until every replica answered
+	unlock func()
+	answer func(protocol.Response)
+	sends  []fanSend
+
+	mu                     sync.Mutex
+	got, acks              int
+	best                   protocol.Response
+	bestIsFirst, firstDone bool
+	answered               bool
+}
+
+type fanSend struct {
+	member int
+	req    [1]protocol.Request
+	resp   [1]protocol.Response
+	err    [1]error
+}
+
+// newFan prepares req's fan over targets. When the quorum lets it answer before every
+// replica has, the sends after the answer hold a copy of req (returned), counted against
+// max_background_bytes; past that budget the answer waits for every replica.
+func (r *replica) newFan(req *protocol.Request, targets []int, unlock func()) (*fan, *protocol.Request) {
+	p := r.pool
+	n := len(targets)
+	_, c := req.Meta.Flag('c')
+	f := &fan{r: r, n: n, need: p.quorum(n), first: targets[0], cas: req.Binary || (req.Op.IsMeta() && c), unlock: unlock}
+	if f.need < n {
+		f.weight = bgqueue.Weight(req, bgqueue.Memory)
+		if p.opts.Background != nil && p.opts.Background.TryAcquire(f.weight) {
+			c := bgqueue.CopyRequest(req)
+			req = &c
+		} else {
+			f.need, f.weight = n, 0
+		}
+	}
+	f.key = req.Key
+	f.sends = make([]fanSend, n)
+	for j, i := range targets {
+		f.sends[j].member = i
+	}
+	return f, req
+}
+
+// collect takes one replica's answer.
+func (f *fan) collect(s *fanSend) {
+	p := f.r.pool
+	ok := acked(&s.resp[0], s.err[0])
+	if !ok {
+		p.opts.StandIns.away(p.members[s.member].Base, f.key)
+	}
+	f.mu.Lock()
+	f.got++
+	isFirst := s.member == f.first
+	f.firstDone = f.firstDone || isFirst
+	if ok {
+		f.acks++
+		if isFirst || (!f.bestIsFirst && (f.acks == 1 || (f.best.Status != protocol.StatusOK && s.resp[0].Status == protocol.StatusOK))) {
+			f.best, f.bestIsFirst = s.resp[0], isFirst
+		}
+	}
+	var answer *protocol.Response
+	if !f.answered && ((f.acks >= f.need && (f.firstDone || !f.cas)) || f.got == f.n) {
+		f.answered = true
+		a := p.quorumAnswer(f.acks, f.need, f.best)
+		answer = &a
+	}
+	last := f.got == f.n
+	f.mu.Unlock()
+	if answer != nil {
+		f.answer(*answer)
+	}
+	if last {
+		f.unlock()
+		if f.weight > 0 {
+			p.opts.Background.Release(f.weight)
+		}
+	}
+}
+
+// quorum is the acknowledgements a write to n serving replicas waits for.
+func (p *Pool) quorum(n int) int {
+	switch p.opts.WriteQuorum {
+	case QuorumMajority:
+		return n/2 + 1
+	case QuorumOne:
+		return 1
+	}
+	return n
+}
+
+// quorumAnswer is a write's answer once acks of its replicas took it (best: the answer of
+// one that did, a success if any had one), or every replica answered.
+func (p *Pool) quorumAnswer(acks, need int, best protocol.Response) protocol.Response {
+	switch {
+	case acks >= need || (p.opts.WriteQuorum == QuorumAll && acks > 0):
+		// all: a replica that failed is away for the key, so every other has taken it.
+		return best
+	case acks == 0:
+		return protocol.Response{Status: protocol.StatusTempFailure, Msg: "no replica took the write"}
+	}
+	return protocol.Response{Status: protocol.StatusTempFailure, Msg: "the write quorum was not reached"}
 }
 
 func (r *replica) Up() bool               { return r.direct[r.self].Up() }
@@ -256,87 +427,32 @@ func (r *replica) write(ctx context.Context, order *turn.Turn, req *protocol.Req
 }
 
 // fanOut sends req to every target at once and answers after the pool's write quorum; the
-// rest finish in the background, within max_background_bytes (past it the answer waits
-// for them), and end the write's lock (unlock) when they are done.
+// rest finish in the background (see newFan), and end the write's lock (unlock) when they
+// are done.
 func (r *replica) fanOut(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response, targets []int, unlock func()) error {
-	p := r.pool
-	n := len(targets)
-	need := n
-	switch p.opts.WriteQuorum {
-	case QuorumMajority:
-		need = n/2 + 1
-	case QuorumOne:
-		need = 1
-	}
-	var weight int64
+	f, req := r.newFan(req, targets, unlock)
 	send, sent := order, func() {}
-	if need < n {
-		weight = bgqueue.Weight(req, bgqueue.Memory)
-		if p.opts.Background != nil && p.opts.Background.TryAcquire(weight) {
-			// The answer leaves sends running after the client's request is gone: they get
-			// a copy of it, a context that outlives it (each send ends within its server's
-			// timeout), and a turn of their own; the request's is given on at the answer.
-			c := bgqueue.CopyRequest(req)
-			req, ctx = &c, context.WithoutCancel(ctx)
-			send, sent = order.Defer()
-		} else {
-			need, weight = n, 0 // past the budget: the answer waits for every replica
-		}
+	if f.weight > 0 {
+		// The answer leaves sends running after the client's request is gone: a context that
+		// outlives it (each send ends within its server's timeout), and a turn of their own;
+		// the request's is given on at the answer.
+		ctx = context.WithoutCancel(ctx)
+		send, sent = order.Defer()
+	} else {
+		order.Split(len(targets))
 	}
-	if need == n {
-		order.Split(n)
-	}
-	type result struct {
-		member int
-		resp   protocol.Response
-		err    error
-	}
-	results := make(chan result, n)
-	for _, i := range targets {
+	answered := make(chan protocol.Response, 1)
+	f.answer = func(resp protocol.Response) { answered <- resp }
+	for j, i := range targets {
+		s := &f.sends[j]
+		s.req[0] = *req
 		go func() {
-			var one [1]protocol.Response
-			err := r.direct[i].Do(ctx, send, req, one[:])
-			results <- result{i, one[0], err}
+			s.err[0] = r.direct[i].Do(ctx, send, &s.req[0], s.resp[:])
+			f.collect(s)
 		}()
 	}
-	var answer protocol.Response
-	acks, failures := 0, 0
-	collect := func(res result) {
-		if !acked(&res.resp, res.err) {
-			failures++
-			p.opts.StandIns.away(p.members[res.member].Base, req.Key)
-			return
-		}
-		if acks == 0 || (answer.Status != protocol.StatusOK && res.resp.Status == protocol.StatusOK) {
-			answer = res.resp
-		}
-		acks++
-	}
-	got := 0
-	for ; got < n && acks < need; got++ {
-		collect(<-results)
-	}
-	switch {
-	case acks >= need || (p.opts.WriteQuorum == QuorumAll && acks > 0):
-		// all: a replica that failed is away for the key, so every other has taken it.
-		resps[0] = answer
-	case acks == 0:
-		resps[0] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "no replica took the write"}
-	default:
-		resps[0] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "the write quorum was not reached"}
-	}
+	resps[0] = <-answered
 	sent()
-	if got == n {
-		unlock()
-		return nil
-	}
-	go func() {
-		for ; got < n; got++ {
-			collect(<-results)
-		}
-		unlock()
-		p.opts.Background.Release(weight)
-	}()
 	return nil
 }
 
@@ -358,10 +474,10 @@ func (r *replica) decide(ctx context.Context, order *turn.Turn, req *protocol.Re
 	var got [1]protocol.Response
 	carry := protocol.Request{Op: protocol.OpDelete, Key: req.Key}
 	if err := r.direct[first].Do(ctx, each, &get, got[:]); err != nil {
-		// What the first holds is unknown: the others must not serve theirs.
-		for _, i := range targets[1:] {
-			p.opts.StandIns.away(p.members[i].Base, req.Key)
-		}
+		// What the first holds now is unknown, and it is failing: the write is not
+		// acknowledged, so the others' item stays right, and the first owes the key.
+		p.opts.StandIns.away(p.members[first].Base, req.Key)
+		resps[0] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "the replica that decided the write did not answer after it"}
 		return nil
 	}
 	if it := itemcopy.Parse(&got[0]); it.Found {
@@ -448,7 +564,7 @@ func (r *replica) read(ctx context.Context, order *turn.Turn, req *protocol.Requ
 		var wg sync.WaitGroup
 		var next []int
 		for s, ks := range groups {
-			wg.Go(func() {
+			ask := func() {
 				sub := *req
 				sub.Keys = make([][]byte, len(ks))
 				for j, k := range ks {
@@ -478,7 +594,12 @@ func (r *replica) read(ctx context.Context, order *turn.Turn, req *protocol.Requ
 						next = append(next, k)
 					}
 				}
-			})
+			}
+			if len(groups) == 1 {
+				ask() // the usual case: no goroutine
+			} else {
+				wg.Go(ask)
+			}
 		}
 		wg.Wait()
 		pending = next

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,12 +20,17 @@ import (
 
 // reshardConfig is a pool over servers s<i> for each index given.
 func reshardConfig(mcs []*memcachedtest.Server, at string, servers ...int) string {
+	return reshardConfigWith("", mcs, at, servers...)
+}
+
+// reshardConfigWith is reshardConfig with more settings of the pool (lines indented 4).
+func reshardConfigWith(settings string, mcs []*memcachedtest.Server, at string, servers ...int) string {
 	var b strings.Builder
 	b.WriteString("watch_config: false\n")
 	if at != "" {
 		fmt.Fprintf(&b, "apply_at: %q\n", at)
 	}
-	b.WriteString("pools:\n  main:\n    timeout: 2s\n    servers:\n")
+	b.WriteString("pools:\n  main:\n    timeout: 2s\n" + settings + "    servers:\n")
 	for _, i := range servers {
 		fmt.Fprintf(&b, "      - {name: s%d, addr: %q}\n", i, mcs[i].Addr)
 	}
@@ -129,8 +135,22 @@ func holders(t *testing.T, mcs []*memcachedtest.Server, keys []string) [][]int {
 // older than an acknowledged write, and once the reshard is done every key is on its
 // server alone — no previous server keeps a copy a later change could serve.
 func TestReshardWarm(t *testing.T) {
+	reshardWarm(t, "", 1, [][]int{{0, 1, 2, 3}, {1, 2, 3}}) // s3 added, then s0 removed
+}
+
+// TestReshardReplicas is TestReshardWarm for a pool with replicas: 2, where a change also
+// moves the second copies of keys, and the second change moves every key back: once each
+// reshard is done every key is on its two replicas alone, so moving back finds no copy
+// older than the writes made meanwhile.
+func TestReshardReplicas(t *testing.T) {
+	reshardWarm(t, "    replicas: 2\n", 2, [][]int{{0, 1, 2, 3}, {0, 1, 2}}) // s3 added, then removed
+}
+
+// reshardWarm runs the changes (each the servers of the next config) over a pool with
+// settings whose keys are on copies servers each.
+func reshardWarm(t *testing.T, settings string, copies int, changes [][]int) {
 	mcs := cluster(t, 4)
-	path, admin := writeConfig(t, reshardConfig(mcs, "", 0, 1, 2)), freeAddr(t)
+	path, admin := writeConfig(t, reshardConfigWith(settings, mcs, "", 0, 1, 2)), freeAddr(t)
 	moxi := startMoxi(t, "--config", path, "--admin", admin)
 	// 3,000 keys in CI; MOXI_RESHARD_KEYS=100000 for the measurement by hand.
 	n := 3000
@@ -147,13 +167,8 @@ func TestReshardWarm(t *testing.T) {
 		written = append(written, fmt.Sprintf("ver:%d", i))
 	}
 
-	for _, change := range []struct {
-		name    string
-		servers []int
-	}{
-		{"reshard-1", []int{0, 1, 2, 3}}, // s3 added
-		{"reshard-2", []int{1, 2, 3}},    // s0 removed
-	} {
+	for n, servers := range changes {
+		change := struct{ name string }{fmt.Sprintf("reshard-%d", n+1)}
 		h := &hitWindows{start: time.Now()}
 		chk := newStaleCheck(written)
 		stop := make(chan struct{})
@@ -167,7 +182,7 @@ func TestReshardWarm(t *testing.T) {
 		wg.Go(func() { chk.read(t, moxi.addr, stop) })
 		<-time.After(1500 * time.Millisecond) // three windows before
 		changed := h.window() + 1
-		reloadFile(t, path, admin, reshardConfig(mcs, "", change.servers...))
+		reloadFile(t, path, admin, reshardConfigWith(settings, mcs, "", servers...))
 		<-time.After(3 * time.Second)
 		close(stop)
 		wg.Wait()
@@ -192,10 +207,11 @@ func TestReshardWarm(t *testing.T) {
 		m := waitReshard(t, admin, change.name)
 		t.Logf("%s: %+v", change.name, m)
 
-		// Done: every key on its server alone, the acknowledged versions intact.
-		for i, hs := range holders(t, mcs, keys) {
-			if len(hs) != 1 {
-				t.Errorf("%s: %s is on servers %v after the reshard, want one", change.name, keys[i], hs)
+		// Done: every key on its servers alone, the acknowledged versions intact.
+		all := append(slices.Clone(keys), written...)
+		for i, hs := range holders(t, mcs, all) {
+			if len(hs) > copies || (i < len(keys) && len(hs) != copies) {
+				t.Errorf("%s: %s is on servers %v after the reshard, want %d", change.name, all[i], hs, copies)
 				break
 			}
 		}

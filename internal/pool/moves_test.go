@@ -64,3 +64,75 @@ func TestMovedFrom(t *testing.T) {
 		t.Errorf("jump: moves %v, want every pair of different addresses (4)", got)
 	}
 }
+
+// TestPairedFromReplicas: with replicas, every server that stops holding a key hands it to
+// exactly one that holds it now, a server that starts holding it takes it from at most one,
+// the moves listed are exactly the pairs 20,000 keys make (ketama), and a server that keeps
+// holding a key takes nothing over from a server that stops, unless the pool keeps fewer
+// replicas than before.
+func TestPairedFromReplicas(t *testing.T) {
+	replicated := func(n int, addrs ...string) *Pool {
+		members := make([]Member, len(addrs))
+		for i, a := range addrs {
+			members[i] = Member{Name: a, Addr: a, Weight: 1}
+		}
+		p, err := New("p", Options{Replicas: n}, members)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	names := func(p *Pool, k []byte) []string {
+		var out []string
+		for _, i := range p.ReplicasOf(k) {
+			out = append(out, p.Member(i).Addr)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name          string
+		before, after *Pool
+	}{
+		{"added", replicated(2, "a:1", "b:1", "c:1"), replicated(2, "a:1", "b:1", "c:1", "d:1")},
+		{"removed", replicated(2, "a:1", "b:1", "c:1", "d:1"), replicated(2, "a:1", "b:1", "c:1")},
+		{"three of five, one replaced", replicated(3, "a:1", "b:1", "c:1", "d:1", "e:1"), replicated(3, "a:1", "b:1", "c:1", "d:1", "f:1")},
+		{"fewer replicas", replicated(3, "a:1", "b:1", "c:1"), replicated(2, "a:1", "b:1", "c:1")},
+	} {
+		var pairs []Move
+		for i := range 20_000 {
+			k := fmt.Appendf(nil, "key:%d", i)
+			was, is := names(tc.before, k), names(tc.after, k)
+			takers := map[string]int{}
+			for _, to := range is {
+				from, ok := tc.after.PairedFrom(tc.before, k, to)
+				if !ok {
+					continue
+				}
+				if slices.Contains(is, from) || !slices.Contains(was, from) {
+					t.Fatalf("%s: %s (%v → %v): %s takes over from %s", tc.name, k, was, is, to, from)
+				}
+				if slices.Contains(was, to) && len(is) >= len(was) {
+					t.Fatalf("%s: %s (%v → %v): %s held it and takes over from %s", tc.name, k, was, is, to, from)
+				}
+				takers[from]++
+				if m := (Move{from, to}); !slices.Contains(pairs, m) {
+					pairs = append(pairs, m)
+				}
+			}
+			for _, from := range was {
+				if !slices.Contains(is, from) && takers[from] != 1 {
+					t.Fatalf("%s: %s (%v → %v): %s hands it to %d servers", tc.name, k, was, is, from, takers[from])
+				}
+			}
+		}
+		moves := tc.after.MovedFrom(tc.before)
+		for _, m := range pairs {
+			if !slices.Contains(moves, m) {
+				t.Errorf("%s: keys move %v, not listed in %v", tc.name, m, moves)
+			}
+		}
+		if len(pairs) == 0 {
+			t.Errorf("%s: no key moves", tc.name)
+		}
+	}
+}

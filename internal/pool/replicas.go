@@ -107,10 +107,12 @@ func (s *replicaSet) has(m int) bool {
 }
 
 // replicasOf is the members that hold key: its owner and the ones that follow it.
-func (p *Pool) replicasOf(key []byte) replicaSet {
+func (p *Pool) replicasOf(key []byte) replicaSet { return p.replicasAt(p.hashOf(key)) }
+
+// replicasAt is replicasOf a key of hash h; a pool without replicas gives the owner alone.
+func (p *Pool) replicasAt(h uint32) replicaSet {
 	var s replicaSet
 	n := min(p.opts.Replicas, len(p.members), MaxReplicas)
-	h := p.hashOf(key)
 	s.idx[0], s.n = p.picker.Pick(h), 1
 	notChosen := func(m int) bool { return !s.has(m) }
 	for s.n < n {

@@ -41,7 +41,7 @@ type reshardRun struct {
 // every key on the same server (address).
 func placementOf(pc *config.Pool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %q", pc.Distribution, pc.Hash, pc.HashTag)
+	fmt.Fprintf(&b, "%s %s %q r%d", pc.Distribution, pc.Hash, pc.HashTag, pc.Replicas)
 	for _, s := range pc.Servers {
 		fmt.Fprintf(&b, " %s=%s*%d", s.RingName(), s.Addr, s.Weight)
 	}
@@ -54,7 +54,7 @@ func placementPool(pc *config.Pool) (*pool.Pool, error) {
 	for i, s := range pc.Servers {
 		members[i] = pool.Member{Name: s.RingName(), Addr: s.Addr, Weight: s.Weight, Server: unconnected{}}
 	}
-	return pool.New(pc.Name, pool.Options{Distribution: pc.Distribution, Hash: pc.Hash, HashTag: pc.HashTag}, members)
+	return pool.New(pc.Name, pool.Options{Distribution: pc.Distribution, Hash: pc.Hash, HashTag: pc.HashTag, Replicas: pc.Replicas}, members)
 }
 
 // reshardName is the name of a pool's n-th reshard.
@@ -73,19 +73,21 @@ func reshardNumber(name string) int {
 // the keys it held before, and for each other server keys move from, the Migration from
 // that server.
 type reshardServer struct {
-	self   string // the member's address
-	inner  pool.Server
-	before *pool.Pool
-	from   map[string]*migrate.Migration // by the old server's address
+	self          string // the member's address
+	inner         pool.Server
+	before, after *pool.Pool                    // the placements keys move from and to
+	from          map[string]*migrate.Migration // by the old server's address
 }
 
 var _ pool.Server = (*reshardServer)(nil)
 
-// via is the server that answers for key: the Migration from the server that held it
-// before, when that is another.
+// via is the server that answers for key: the Migration from the server whose copy of it
+// this one takes over (pool.PairedFrom), when there is one.
 func (r *reshardServer) via(key []byte) pool.Server {
-	if m := r.from[r.before.Member(r.before.Owner(key)).Addr]; m != nil {
-		return m
+	if from, ok := r.after.PairedFrom(r.before, key, r.self); ok {
+		if m := r.from[from]; m != nil {
+			return m
+		}
 	}
 	return r.inner
 }

@@ -295,7 +295,7 @@ func (b *Builder) reshard(pd *Pending, cfg *config.Config, pc *config.Pool, memb
 		m := &members[i]
 		rs, ok := m.Server.(*reshardServer)
 		if !ok {
-			rs = &reshardServer{self: m.Addr, inner: m.Server, before: run.before, from: map[string]*migrate.Migration{}}
+			rs = &reshardServer{self: m.Addr, inner: m.Server, before: run.before, after: after, from: map[string]*migrate.Migration{}}
 			// The server under the wrapper is the member's (a reshardServer is made anew at
 			// each build): what stand-ins remember of it outlives reloads.
 			m.Server, m.Base = rs, m.Server
@@ -310,7 +310,7 @@ func (b *Builder) reshard(pd *Pending, cfg *config.Config, pc *config.Pool, memb
 				Pool: pc.Name, Name: run.name, From: mv.From, To: mv.To,
 				New: rs.inner, At: cfg.ApplyAt, Old: old, Rate: pc.MigrateRate, Timeout: pc.Timeout + pc.ConnectTimeout,
 				MaxValue: lim.MaxValueBytes, Dial: dial, Logger: b.logger(),
-				Moves:       func(key []byte) bool { return after.Member(after.Owner(key)).Addr == to },
+				Moves:       func(key []byte) bool { from, ok := after.PairedFrom(run.before, key, to); return ok && from == mv.From },
 				DeleteMoved: true,
 			})
 		})

@@ -247,7 +247,28 @@ func startMoxiBin(t testing.TB, bin string, args ...string) *process {
 	if !containsFlag(args, "--admin") {
 		all = append(all, "--admin", "")
 	}
-	return launch(t, addr, bin, true, all)
+	p := launch(t, addr, bin, true, all)
+	if admin := flagValue(args, "--admin"); admin != "" {
+		// The admin port opens beside the data port, not before it: tests that read it
+		// first wait for it too.
+		if err := memcachedtest.WaitListening(admin, 20*time.Second); err != nil {
+			t.Fatalf("moxi's admin on %s: %v\n%s", admin, err, p.out.String())
+		}
+	}
+	return p
+}
+
+// flagValue is the value of flag in args ("--flag value" or "--flag=value"), or "".
+func flagValue(args []string, flag string) string {
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 func containsFlag(args []string, flag string) bool {

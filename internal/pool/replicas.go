@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -230,18 +231,21 @@ func (r *replica) StartBatch(ctx context.Context, order *turn.Turn, reqs []proto
 		}
 	}
 	f, req := r.newFan(req, targets[:n], func() { l.epoch.Add(1); l.mu.Unlock() })
-	f.answer = func(resp protocol.Response) { resps[0], errs[0] = resp, nil; done() }
-	order.Split(n)
+	f.answer = func(resp protocol.Response, err error) { resps[0], errs[0] = resp, err; done() }
+	// The request's one dispatch is once every send is on its way (or on a goroutine of
+	// its own, which the key's lock keeps ahead of the key's next request).
+	each, dispatched := order.Defer()
 	for j, i := range targets[:n] {
 		s := &f.sends[j]
 		s.req[0] = *req
-		if !r.direct[i].(Starter).StartBatch(ctx, order, s.req[:], s.resp[:], s.err[:], func() { f.collect(s) }) {
+		if !r.direct[i].(Starter).StartBatch(ctx, each, s.req[:], s.resp[:], s.err[:], func() { f.collect(s) }) {
 			go func() {
-				s.err[0] = r.direct[i].Do(ctx, order, &s.req[0], s.resp[:])
+				s.err[0] = r.direct[i].Do(ctx, each, &s.req[0], s.resp[:])
 				f.collect(s)
 			}()
 		}
 	}
+	dispatched()
 	return true
 }
 
@@ -256,13 +260,15 @@ type fan struct {
 	cas    bool  // the answer carries a cas (binary, or meta with c)
 	weight int64 // of max_background_bytes, held until every replica answered
 	unlock func()
-	answer func(protocol.Response)
+	answer func(protocol.Response, error)
 	sends  []fanSend
 
 	mu                     sync.Mutex
 	got, acks              int
-	best                   protocol.Response
+	best                   protocol.Response // an acknowledgement, the first's if it gave one
 	bestIsFirst, firstDone bool
+	failure                protocol.Response // a replica's failure answered as a status
+	err                    error             // a replica's failure to answer
 	answered               bool
 }
 
@@ -309,22 +315,28 @@ func (f *fan) collect(s *fanSend) {
 	f.got++
 	isFirst := s.member == f.first
 	f.firstDone = f.firstDone || isFirst
-	if ok {
+	switch {
+	case ok:
 		f.acks++
 		if isFirst || (!f.bestIsFirst && (f.acks == 1 || (f.best.Status != protocol.StatusOK && s.resp[0].Status == protocol.StatusOK))) {
 			f.best, f.bestIsFirst = s.resp[0], isFirst
 		}
+	case s.err[0] != nil:
+		f.err = s.err[0]
+	default:
+		f.failure = s.resp[0]
 	}
-	var answer *protocol.Response
-	if !f.answered && ((f.acks >= f.need && (f.firstDone || !f.cas)) || f.got == f.n) {
+	answer := !f.answered && ((f.acks >= f.need && (f.firstDone || !f.cas)) || f.got == f.n)
+	var resp protocol.Response
+	var err error
+	if answer {
 		f.answered = true
-		a := p.quorumAnswer(f.acks, f.need, f.best)
-		answer = &a
+		resp, err = f.result()
 	}
 	last := f.got == f.n
 	f.mu.Unlock()
-	if answer != nil {
-		f.answer(*answer)
+	if answer {
+		f.answer(resp, err)
 	}
 	if last {
 		f.unlock()
@@ -345,28 +357,50 @@ func (p *Pool) quorum(n int) int {
 	return n
 }
 
-// quorumAnswer is a write's answer once acks of its replicas took it (best: the answer of
-// one that did, a success if any had one), or every replica answered.
-func (p *Pool) quorumAnswer(acks, need int, best protocol.Response) protocol.Response {
+// result is the write's answer once the quorum took it, or every replica answered (f.mu
+// held): the quorum's, or the failure of a replica when none took it.
+func (f *fan) result() (protocol.Response, error) {
 	switch {
-	case acks >= need || (p.opts.WriteQuorum == QuorumAll && acks > 0):
+	case f.acks >= f.need || (f.r.pool.opts.WriteQuorum == QuorumAll && f.acks > 0):
 		// all: a replica that failed is away for the key, so every other has taken it.
-		return best
-	case acks == 0:
-		return protocol.Response{Status: protocol.StatusTempFailure, Msg: "no replica took the write"}
+		return f.best, nil
+	case f.acks > 0:
+		return protocol.Response{Status: protocol.StatusTempFailure, Msg: "the write quorum was not reached"}, nil
+	case f.err != nil:
+		return protocol.Response{}, f.err // as a server that did not answer
 	}
-	return protocol.Response{Status: protocol.StatusTempFailure, Msg: "the write quorum was not reached"}
+	return f.failure, nil
 }
 
-func (r *replica) Up() bool               { return r.direct[r.self].Up() }
-func (r *replica) Info() Info             { return r.direct[r.self].Info() }
-func (r *replica) Stats() []protocol.Stat { return r.direct[r.self].Stats() }
+func (r *replica) Up() bool { return r.direct[r.self].Up() }
+
+// Info is the member's server's, its state "away" while it is up but owes keys.
+func (r *replica) Info() Info {
+	info := r.direct[r.self].Info()
+	if info.State == StateUp && r.pool.opts.StandIns.owes(r.pool.members[r.self].Base) {
+		info.State = StateAway
+	}
+	return info
+}
+
+// Stats are the member's server's, with its state "away" as Info says.
+func (r *replica) Stats() []protocol.Stat {
+	stats := r.direct[r.self].Stats()
+	if state := r.Info().State; state == StateAway {
+		for i := range stats {
+			if stats[i].Name == "state" {
+				stats[i].Value = string(state)
+			}
+		}
+	}
+	return stats
+}
 
 // Close does nothing: whoever made the server (the topology's builder) closes it.
 func (r *replica) Close() error { return nil }
 
-// noReplica is the answer to a request none of whose key's replicas serves.
-var noReplica = protocol.Response{Status: protocol.StatusTempFailure, Msg: "no replica of the key is serving"}
+// errNoReplica fails a request none of whose key's replicas serves.
+var errNoReplica = errors.New("no replica of the key is serving")
 
 // acked reports whether a replica took a write: it answered, and not with a failure of its own.
 func acked(resp *protocol.Response, err error) bool {
@@ -418,8 +452,7 @@ func (r *replica) write(ctx context.Context, order *turn.Turn, req *protocol.Req
 	if n == 0 {
 		unlock()
 		order.Dispatched()
-		resps[0] = noReplica
-		return nil
+		return errNoReplica
 	}
 	if decided(req) {
 		defer unlock()
@@ -433,18 +466,20 @@ func (r *replica) write(ctx context.Context, order *turn.Turn, req *protocol.Req
 // are done.
 func (r *replica) fanOut(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response, targets []int, unlock func()) error {
 	f, req := r.newFan(req, targets, unlock)
-	send, sent := order, func() {}
 	if f.weight > 0 {
-		// The answer leaves sends running after the client's request is gone: a context that
-		// outlives it (each send ends within its server's timeout), and a turn of their own;
-		// the request's is given on at the answer.
+		// The answer leaves sends running after the client's request is gone: a context
+		// that outlives it (each send ends within its server's timeout).
 		ctx = context.WithoutCancel(ctx)
-		send, sent = order.Defer()
-	} else {
-		order.Split(len(targets))
 	}
-	answered := make(chan protocol.Response, 1)
-	f.answer = func(resp protocol.Response) { answered <- resp }
+	// The sends' turn, given on at the answer: the key's lock keeps the key's next request
+	// behind the sends still running.
+	send, sent := order.Defer()
+	type result struct {
+		resp protocol.Response
+		err  error
+	}
+	answered := make(chan result, 1)
+	f.answer = func(resp protocol.Response, err error) { answered <- result{resp, err} }
 	for j, i := range targets {
 		s := &f.sends[j]
 		s.req[0] = *req
@@ -453,9 +488,10 @@ func (r *replica) fanOut(ctx context.Context, order *turn.Turn, req *protocol.Re
 			f.collect(s)
 		}()
 	}
-	resps[0] = <-answered
+	res := <-answered
 	sent()
-	return nil
+	resps[0] = res.resp
+	return res.err
 }
 
 // decide has the first target decide req, and carries the item it then holds to the others.
@@ -540,26 +576,28 @@ func (r *replica) read(ctx context.Context, order *turn.Turn, req *protocol.Requ
 		orders[k] = r.readOrder(key, firstOnly)
 		epochs[k] = p.opts.KeyLocks.settled(key)
 		if orders[k].n == 0 {
-			resps[k] = noReplica
-			resps[k].Key = key
+			lastErr = errNoReplica
 			continue
 		}
 		pending = append(pending, k)
 	}
 	if len(pending) == 0 {
 		order.Dispatched()
-		return nil
+		return errNoReplica
 	}
-	turnOf := order
+	// The first round is the request's dispatch: its own when it asks one server, else
+	// one for all of them once they have answered. Later rounds go after it.
+	turnOf, roundDone := order, func() {}
 	for round := 0; len(pending) > 0; round++ {
 		groups := make(map[int][]int) // server → keys
 		for _, k := range pending {
 			s := orders[k].idx[tried[k]]
 			groups[s] = append(groups[s], k)
 		}
-		if round == 0 {
-			order.Split(len(groups))
-		} else if round == 1 {
+		switch {
+		case round == 0 && len(groups) > 1:
+			turnOf, roundDone = order.Defer()
+		case round > 0 && turnOf == order:
 			turnOf = order.After()
 		}
 		var mu sync.Mutex
@@ -604,17 +642,23 @@ func (r *replica) read(ctx context.Context, order *turn.Turn, req *protocol.Requ
 			}
 		}
 		wg.Wait()
+		roundDone()
+		roundDone = func() {}
 		pending = next
 	}
 	var repairs []int
+	some := false
 	for k := range n {
+		some = some || answered[k] || resps[k].Status == protocol.StatusTempFailure
 		if answered[k] && resps[k].Status == protocol.StatusOK && len(missed[k]) > 0 {
 			repairs = append(repairs, k)
 		}
-		if !answered[k] && orders[k].n > 0 && resps[k].Status != protocol.StatusTempFailure {
-			if n == 1 && lastErr != nil {
-				return lastErr // the one key's every replica failed: as a server that failed
-			}
+	}
+	if !some && lastErr != nil {
+		return lastErr // no replica of any key answered: as a server that did not
+	}
+	for k := range n {
+		if !answered[k] && resps[k].Status != protocol.StatusTempFailure {
 			resps[k] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "no replica of the key answered", Key: req.Keys[k]}
 		}
 	}
@@ -639,8 +683,7 @@ func (r *replica) metaGet(ctx context.Context, order *turn.Turn, req *protocol.R
 	orderOf := r.readOrder(req.Key, firstOnly)
 	if orderOf.n == 0 {
 		order.Dispatched()
-		resps[0] = noReplica
-		return nil
+		return errNoReplica
 	}
 	epoch := p.opts.KeyLocks.settled(req.Key)
 	turnOf := order

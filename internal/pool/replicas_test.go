@@ -1,11 +1,17 @@
 package pool_test
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/moxi-proxy/moxi/internal/memstore"
 	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 func replicatedPool(t *testing.T, distribution string, replicas int, names ...string) *pool.Pool {
@@ -96,5 +102,109 @@ func TestReplicasCappedByMembers(t *testing.T) {
 	p := replicatedPool(t, "ketama", 3, "a:1", "b:1")
 	if got := p.ReplicasOf([]byte("k")); len(got) != 2 || p.Replicas() != 2 {
 		t.Errorf("2 members, replicas 3: %v, Replicas() %d", got, p.Replicas())
+	}
+}
+
+// TestReplicaStarts: a member of a replicated pool starts a lone plain write on both
+// replicas, dispatching the request's turn once, and declines every other batch; with one
+// replica down the write is started on the other, and the one down owes the key: up again,
+// it serves no key until the key is deleted on it.
+func TestReplicaStarts(t *testing.T) {
+	a := &startable{downable: &downable{Store: memstore.New(memstore.Options{})}}
+	b := &startable{downable: &downable{Store: memstore.New(memstore.Options{})}}
+	pl, err := pool.New("p", pool.Options{Replicas: 2, StandIns: pool.NewStandIns(10, nil)}, []pool.Member{
+		{Name: "a", Addr: "embedded/0", Weight: 1, Server: a},
+		{Name: "b", Addr: "embedded/1", Weight: 1, Server: b},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, ok := pl.Member(0).Server.(pool.Starter)
+	if !ok {
+		t.Fatal("a replica is not a Starter")
+	}
+	start := func(reqs ...protocol.Request) (bool, *turn.Turn, []protocol.Response, int) {
+		var order turn.Turn
+		turn.NewChain(0).Next(&order)
+		resps, calls := make([]protocol.Response, len(reqs)), 0
+		ok := sb.StartBatch(context.Background(), &order, reqs, resps, make([]error, len(reqs)), func() { calls++ })
+		return ok, &order, resps, calls
+	}
+	write := func(k string) protocol.Request {
+		return protocol.Request{Op: protocol.OpSet, Key: []byte(k), Value: []byte("v")}
+	}
+	ok, order, resps, calls := start(write("k1"))
+	if !ok || calls != 1 || resps[0].Status != protocol.StatusOK || order.Dispatches() != 1 {
+		t.Errorf("a lone set: started %v, done called %d times, %+v, %d dispatches", ok, calls, resps[0], order.Dispatches())
+	}
+	if a.started != 1 || b.started != 1 || !has(a, "k1") || !has(b, "k1") {
+		t.Errorf("a lone set started %d and %d times on the replicas", a.started, b.started)
+	}
+	for name, batch := range map[string][]protocol.Request{
+		"a get":       {{Op: protocol.OpGet, Keys: [][]byte{[]byte("k1")}}},
+		"two sets":    {write("k2"), write("k3")},
+		"an add":      {{Op: protocol.OpAdd, Key: []byte("k4"), Value: []byte("v")}},
+		"an incr":     {{Op: protocol.OpIncr, Key: []byte("k1"), Delta: 1}},
+		"a cas write": {{Op: protocol.OpCas, Key: []byte("k1"), Value: []byte("v"), Cas: 1}},
+	} {
+		if ok, _, _, _ := start(batch...); ok {
+			t.Errorf("%s was started", name)
+		}
+	}
+
+	b.down.Store(true)
+	if ok, _, resps, _ := start(write("k5")); !ok || resps[0].Status != protocol.StatusOK || b.started != 1 || has(b, "k5") {
+		t.Errorf("a set with a replica down: started %v, %+v, started on it %d times", ok, resps[0], b.started)
+	}
+	set(t, b, "k5") // what b held of k5 before it went down: older than the write above
+	b.down.Store(false)
+	if got := pl.Member(1).Server.Info().State; got != pool.StateAway {
+		t.Errorf("the replica up again: state %q, want away", got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for pl.Member(1).Server.Info().State != pool.StateUp {
+		has(pl.Member(0).Server, "k5") // a read asks whether each replica serves: that starts the cleanup
+		if time.Now().After(deadline) {
+			t.Fatal("the replica does not serve again")
+		}
+		runtime.Gosched()
+	}
+	if has(b, "k5") {
+		t.Error("the replica serves again with its copy of a key written while it was down")
+	}
+}
+
+// TestReplicaFlushedPastMemory: a replica down while more keys are written than are
+// remembered is flushed before it serves again.
+func TestReplicaFlushedPastMemory(t *testing.T) {
+	a := &downable{Store: memstore.New(memstore.Options{})}
+	b := &downable{Store: memstore.New(memstore.Options{})}
+	standIns := pool.NewStandIns(1, nil)
+	pl, err := pool.New("p", pool.Options{Replicas: 2, StandIns: standIns}, []pool.Member{
+		{Name: "a", Addr: "embedded/0", Weight: 1, Server: a},
+		{Name: "b", Addr: "embedded/1", Weight: 1, Server: b},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set(t, b, "old")
+	b.down.Store(true)
+	for _, k := range []string{"k1", "k2", "k3"} {
+		set(t, pl.Member(pl.Locate([]byte(k))).Server, k)
+	}
+	if standIns.Forgotten() == 0 {
+		t.Fatal("no key was forgotten")
+	}
+	b.down.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for pl.Member(1).Server.Info().State != pool.StateUp {
+		has(pl.Member(0).Server, "k1") // starts the cleanup
+		if time.Now().After(deadline) {
+			t.Fatal("the replica does not serve again")
+		}
+		runtime.Gosched()
+	}
+	if has(b, "old") {
+		t.Error("the replica serves again without having been flushed")
 	}
 }

@@ -101,6 +101,21 @@ var impls = []impl{
 		// starts those its server starts. (The batches it declines: pool's TestStandInStarts.)
 		return e.standIn(nil, func(s pool.Server) pool.Server { return s })
 	}},
+	{name: "replica", kinds: allKinds, build: func(e *env) pool.Server {
+		// Member 0 of a pool keeping every key on both its members: the requests placed on
+		// it go to both servers, or to the one that answers. It starts lone plain writes
+		// only and declines every other batch, so it is tested as a server that waits
+		// (its started writes: pool's TestReplicaStarts).
+		a, b := e.addr(), e.addr()
+		pl, err := pool.New("p", pool.Options{Replicas: 2, StandIns: pool.NewStandIns(1000, discard)}, []pool.Member{
+			{Name: a, Addr: a, Weight: 1, Server: e.inner(a)},
+			{Name: b, Addr: b, Weight: 1, Server: e.inner(b)},
+		})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return waitingOnly{pl.Member(0).Server}
+	}},
 	{name: "topology placeholder", kinds: []kind{unreachable}, build: func(e *env) pool.Server {
 		// What a topology built for --check (Builder.Dial false) puts in place of a
 		// remote server.

@@ -13,7 +13,7 @@ type ServerState struct {
 	Name        string     `json:"name"`
 	Addr        string     `json:"addr"`
 	Weight      int        `json:"weight"`
-	State       pool.State `json:"state"` // "up", "dead", "migrating" or "away"
+	State       pool.State `json:"state"` // "up", "dead" or "migrating"
 	Connections int        `json:"connections"`
 	InFlight    int64      `json:"in_flight"`
 }

@@ -374,26 +374,16 @@ func (f *fan) result() (protocol.Response, error) {
 
 func (r *replica) Up() bool { return r.direct[r.self].Up() }
 
-// Info is the member's server's, its state "away" while it is up but owes keys.
-func (r *replica) Info() Info {
-	info := r.direct[r.self].Info()
-	if info.State == StateUp && r.pool.opts.StandIns.owes(r.pool.members[r.self].Base) {
-		info.State = StateAway
-	}
-	return info
-}
+func (r *replica) Info() Info { return r.direct[r.self].Info() }
 
-// Stats are the member's server's, with its state "away" as Info says.
+// Stats are the member's server's and "away": 1 while it is up but owes keys, and serves
+// no read until they are deleted on it (the contract's states stay up, dead, migrating).
 func (r *replica) Stats() []protocol.Stat {
-	stats := r.direct[r.self].Stats()
-	if state := r.Info().State; state == StateAway {
-		for i := range stats {
-			if stats[i].Name == "state" {
-				stats[i].Value = string(state)
-			}
-		}
+	away := "0"
+	if r.Up() && r.pool.opts.StandIns.owes(r.pool.members[r.self].Base) {
+		away = "1"
 	}
-	return stats
+	return append(r.direct[r.self].Stats(), protocol.Stat{Name: "away", Value: away})
 }
 
 // Close does nothing: whoever made the server (the topology's builder) closes it.

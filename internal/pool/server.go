@@ -92,7 +92,6 @@ const (
 	StateUp        State = "up"
 	StateDead      State = "dead"      // marked dead: its requests fail at once, or fail over
 	StateMigrating State = "migrating" // its slot's data is being copied from an old server
-	StateAway      State = "away"      // a replica up again that serves no read until the keys written meanwhile are deleted on it
 )
 
 // Info is a server's state and counters.

@@ -1,7 +1,9 @@
 package test
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,10 +19,26 @@ import (
 // "closed" each client sends a set as soon as the last is answered, a load that takes all
 // of the host's two cores (a replicated write costs its servers twice the work, and the
 // latency is then the share of the CPU each request gets); in "8k" the 8 clients send
-// 8,000 sets a second, a loaded proxy with room left.
+// 8,000 sets a second, a loaded proxy with room left, and in "2k" 2,000. It also reports the
+// CPU time moxi and the memcached processes took per set, for each pool.
 func BenchmarkReplicaWrites(b *testing.B) {
 	b.Run("closed", func(b *testing.B) { replicaWrites(b, 0) })
 	b.Run("8k", func(b *testing.B) { replicaWrites(b, time.Second/8000) })
+	b.Run("2k", func(b *testing.B) { replicaWrites(b, time.Second/2000) })
+}
+
+// cpuTime is the CPU time (user and system) process pid has taken so far.
+func cpuTime(b testing.TB, pid int) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command's closing parenthesis: utime and stime are the 12th and
+	// 13th, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 func replicaWrites(b *testing.B, every time.Duration) {
@@ -43,10 +61,18 @@ routes:
 	moxi := startMoxiBin(b, fastMoxi(b), "--config", writeConfig(b, conf))
 	value := strings.Repeat("v", 100)
 	pools := []string{"plain", "all", "one"}
+	memcachedCPU := func() (d time.Duration) {
+		for _, mc := range mcs {
+			d += cpuTime(b, mc.Pid())
+		}
+		return d
+	}
 	for b.Loop() {
 		lat := make(map[string][]time.Duration)
+		moxiCPU, serversCPU := map[string]time.Duration{}, map[string]time.Duration{}
 		for range 5 {
 			for _, pool := range pools {
+				m0, s0 := cpuTime(b, moxi.cmd.Process.Pid), memcachedCPU()
 				var mu sync.Mutex
 				withClients(b, moxi.addr, 8, func(w int, c *textClient) {
 					end := time.Now().Add(time.Second)
@@ -70,10 +96,15 @@ routes:
 						mu.Unlock()
 					}
 				})
+				moxiCPU[pool] += cpuTime(b, moxi.cmd.Process.Pid) - m0
+				serversCPU[pool] += memcachedCPU() - s0
 			}
 		}
 		for _, pool := range pools {
 			slices.Sort(lat[pool])
+			n := float64(len(lat[pool]))
+			b.ReportMetric(float64(moxiCPU[pool].Microseconds())/n, "moxi-cpu-µs/set-"+pool)
+			b.ReportMetric(float64(serversCPU[pool].Microseconds())/n, "memcached-cpu-µs/set-"+pool)
 		}
 		plain := p99(lat["plain"])
 		b.ReportMetric(float64(plain.Microseconds()), "p99-plain-µs")

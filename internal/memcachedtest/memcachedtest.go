@@ -86,6 +86,9 @@ func (s *Server) Signal(sig syscall.Signal) error {
 	return s.cmd.Process.Signal(sig)
 }
 
+// Pid is the process's id, for reading what it costs (/proc).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // FreeAddr is a loopback address whose port was free a moment ago.
 func FreeAddr(t testing.TB) string {
 	t.Helper()

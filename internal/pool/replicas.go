@@ -235,6 +235,9 @@ func (r *replica) StartBatch(ctx context.Context, order *turn.Turn, reqs []proto
 	// The request's one dispatch is once every send is on its way (or on a goroutine of
 	// its own, which the key's lock keeps ahead of the key's next request).
 	each, dispatched := order.Defer()
+	if f.weight > 0 {
+		ctx = context.WithoutCancel(ctx) // a send may outlive the request (see fanOut)
+	}
 	for j, i := range targets[:n] {
 		s := &f.sends[j]
 		s.req[0] = *req

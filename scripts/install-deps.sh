@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what moxi's tests and benchmarks run against, when missing: memcached,
-# libmemcached-tools (memccapable, memcaslap), nutcracker (twemproxy) and promtool (from the
-# prometheus package: the deploy test checks and unit-tests deploy/prometheus/alerts.yaml), from Debian;
+# libmemcached-tools (memccapable, memcaslap), nutcracker (twemproxy), promtool (from the
+# prometheus package: the deploy test checks and unit-tests deploy/prometheus/alerts.yaml) and
+# pymemcache with pytest (its integration suite), from Debian;
 # and kustomize, which the deploy test renders deploy/kubernetes with.
 set -euo pipefail
 missing=()
@@ -9,6 +10,8 @@ command -v memcached >/dev/null || missing+=(memcached)
 { command -v memccapable >/dev/null && command -v memcaslap >/dev/null; } || missing+=(libmemcached-tools)
 command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || missing+=(nutcracker)
 command -v promtool >/dev/null || missing+=(prometheus)
+# pymemcache's integration suite (test/pymemcache_test.go) runs under the system's python3.
+/usr/bin/python3 -c 'import pymemcache, pytest' 2>/dev/null || missing+=(python3-pymemcache python3-pytest)
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "installing ${missing[*]}"
 	sudo=""

@@ -889,3 +889,33 @@ func TestReplicasPlacementDistinct(t *testing.T) {
 		}
 	})
 }
+
+// TestReplicasFireAndForget: sets answered at once and written in the background
+// (fire_and_forget) are written to every replica too.
+func TestReplicasFireAndForget(t *testing.T) {
+	mcs := cluster(t, 3)
+	moxi := startMoxi(t, "--config", writeConfig(t, replicaConfig(2, addrs(mcs)...)+"fire_and_forget:\n  prefixes: [\"ff:\"]\n"))
+	keys := make([]string, 200)
+	tc, err := dialText(moxi.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	for i := range keys {
+		keys[i] = fmt.Sprintf("ff:%d", i)
+		if ans, err := tc.set(keys[i], "v"); err != nil || ans != "STORED" {
+			t.Fatalf("set %s: %q %v", keys[i], ans, err)
+		}
+	}
+	set := replicaSets(3, 2)
+	eventually(t, "every fire-and-forget key on its two replicas", func() bool {
+		for i, hs := range holders(t, mcs, keys) {
+			want := slices.Clone(set(keys[i]))
+			slices.Sort(want)
+			if !slices.Equal(hs, want) {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -9,12 +9,17 @@ import (
 
 // placementPool is a pool of servers at addrs, for placement only.
 func placementPool(t *testing.T, dist string, addrs ...string) *Pool {
+	return replicatedPlacement(t, dist, 1, addrs...)
+}
+
+// replicatedPlacement is placementPool keeping replicas copies of each key.
+func replicatedPlacement(t *testing.T, dist string, replicas int, addrs ...string) *Pool {
 	t.Helper()
 	members := make([]Member, len(addrs))
 	for i, a := range addrs {
 		members[i] = Member{Name: a, Addr: a, Weight: 1}
 	}
-	p, err := New("p", Options{Distribution: dist}, members)
+	p, err := New("p", Options{Distribution: dist, Replicas: replicas}, members)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,17 +76,7 @@ func TestMovedFrom(t *testing.T) {
 // holding a key takes nothing over from a server that stops, unless the pool keeps fewer
 // replicas than before.
 func TestPairedFromReplicas(t *testing.T) {
-	replicated := func(n int, addrs ...string) *Pool {
-		members := make([]Member, len(addrs))
-		for i, a := range addrs {
-			members[i] = Member{Name: a, Addr: a, Weight: 1}
-		}
-		p, err := New("p", Options{Replicas: n}, members)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	replicated := func(n int, addrs ...string) *Pool { return replicatedPlacement(t, "ketama", n, addrs...) }
 	names := func(p *Pool, k []byte) []string {
 		var out []string
 		for _, i := range p.ReplicasOf(k) {

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"bytes"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,8 +49,11 @@ type call struct {
 	outErrs []error             // and errors
 	count   int                 // the client requests it stands for
 	begun   time.Time
-	on      *conn        // the connection it was queued on
-	alarm   *time.Timer  // its timeout (onAlarm), made once per call
+	on      *conn       // the connection it was queued on
+	alarm   *time.Timer // its timeout (onAlarm), made once per call
+	// alarmMu orders what onAlarm reads of the call before it re-arms the alarm with the
+	// Stop that finds it re-armed, after which the call is reused (Server.finishStarted).
+	alarmMu sync.Mutex
 	refs    atomic.Int32 // StartBatch and the end of the call: the later finishes it
 	result  error        // why it ended, set by whoever ended it
 }
@@ -278,14 +282,18 @@ func (cl *call) complete() {
 // onAlarm ends a started call whose server has been silent for Timeout (see Server.wait),
 // or sets the alarm again for the rest of it. It runs on a goroutine of its own.
 func (cl *call) onAlarm() {
+	cl.alarmMu.Lock()
 	if cl.state.Load() != callWaiting {
+		cl.alarmMu.Unlock()
 		return
 	}
 	timeout := cl.s.opts.Timeout
 	if quiet := cl.on.silence(cl.sent.Load()); quiet < timeout {
-		cl.alarm.Reset(timeout - quiet) // nothing after this: the call may be reused once it is set
+		cl.alarm.Reset(timeout - quiet)
+		cl.alarmMu.Unlock() // nothing after this: the call may be reused once it is set
 		return
 	}
+	cl.alarmMu.Unlock()
 	if cl.abandon() {
 		// The connection still owns cl and will drop its late answer; never reuse it.
 		cl.orphaned = true

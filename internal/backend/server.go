@@ -228,8 +228,13 @@ func (s *Server) StartBatch(ctx context.Context, order *turn.Turn, reqs []protoc
 // finishStarted ends a started call once it is answered, failed or timed out, and hands
 // the answers to its caller.
 func (s *Server) finishStarted(cl *call) {
-	if !cl.orphaned && !cl.alarm.Stop() {
-		cl.orphaned = true // onAlarm is running: it must not find the call reused
+	if !cl.orphaned {
+		cl.alarmMu.Lock()
+		stopped := cl.alarm.Stop()
+		cl.alarmMu.Unlock()
+		if !stopped {
+			cl.orphaned = true // onAlarm is running: it must not find the call reused
+		}
 	}
 	s.release()
 	err := s.outcome(cl.result, cl.count, cl.begun)

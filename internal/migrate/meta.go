@@ -115,7 +115,7 @@ func readFull(r *bufio.Reader, b []byte) (int, error) {
 	return n, nil
 }
 
-// DumpEntry is one line of "lru_crawler metadump all".
+// DumpEntry is one line of "lru_crawler metadump" (hash or all).
 type DumpEntry struct {
 	Key []byte
 	Exp int64 // absolute unix time of expiry; -1 = never

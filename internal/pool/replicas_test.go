@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/turn"
+	"golang.org/x/sync/semaphore"
 )
 
 func replicatedPool(t *testing.T, distribution string, replicas int, names ...string) *pool.Pool {
@@ -212,5 +214,94 @@ func TestReplicaFlushedPastMemory(t *testing.T) {
 	}
 	if has(b, "old") {
 		t.Error("the replica serves again without having been flushed")
+	}
+}
+
+// broken is a server that is up and never answers: every request fails with an error.
+type broken struct{ name string }
+
+func (broken) Do(_ context.Context, order *turn.Turn, _ *protocol.Request, _ []protocol.Response) error {
+	order.Dispatched()
+	return errors.New("broken")
+}
+func (b broken) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	pool.DoEach(ctx, order, b, reqs, resps, errs)
+}
+func (broken) Up() bool               { return true }
+func (broken) Info() pool.Info        { return pool.Info{State: pool.StateUp} }
+func (broken) Stats() []protocol.Stat { return nil }
+func (broken) Close() error           { return nil }
+
+// TestReplicaQuorums: a write to three replicas, some of which fail it, with each quorum:
+// all is acknowledged while one replica takes it (those that failed are away for the key),
+// majority needs two, one needs one, and a write no replica took fails as a server does.
+func TestReplicaQuorums(t *testing.T) {
+	for _, tc := range []struct {
+		quorum string
+		broken int // of the three replicas
+		want   string
+	}{
+		{pool.QuorumAll, 1, "ok"}, {pool.QuorumAll, 2, "ok"}, {pool.QuorumAll, 3, "error"},
+		{pool.QuorumMajority, 1, "ok"}, {pool.QuorumMajority, 2, "quorum"},
+		{pool.QuorumOne, 2, "ok"}, {pool.QuorumOne, 3, "error"},
+	} {
+		members := make([]pool.Member, 3)
+		for i := range members {
+			name := fmt.Sprintf("s%d", i)
+			var s pool.Server = &downable{Store: memstore.New(memstore.Options{})}
+			if i < tc.broken {
+				s = broken{name}
+			}
+			members[i] = pool.Member{Name: name, Addr: "embedded/" + name, Weight: 1, Server: s}
+		}
+		pl, err := pool.New("p", pool.Options{Replicas: 3, WriteQuorum: tc.quorum, StandIns: pool.NewStandIns(10, nil),
+			Background: semaphore.NewWeighted(1 << 20)}, members)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp [1]protocol.Response
+		err = pl.Member(0).Server.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}, resp[:])
+		got := "ok"
+		switch {
+		case err != nil:
+			got = "error"
+		case resp[0].Status == protocol.StatusTempFailure:
+			got = "quorum"
+		case resp[0].Status != protocol.StatusOK:
+			got = fmt.Sprintf("status %d", resp[0].Status)
+		}
+		if got != tc.want {
+			t.Errorf("%s with %d of 3 replicas broken: %s (%v %+v), want %s", tc.quorum, tc.broken, got, err, resp[0], tc.want)
+		}
+	}
+}
+
+// TestReplicaReadFrom: with read_from first every read of a key asks its first replica;
+// with random, both replicas answer some.
+func TestReplicaReadFrom(t *testing.T) {
+	for _, tc := range []struct {
+		from      string
+		bothAsked bool
+	}{{pool.ReadFirst, false}, {pool.ReadRandom, true}} {
+		a := &downable{Store: memstore.New(memstore.Options{})}
+		b := &downable{Store: memstore.New(memstore.Options{})}
+		pl, err := pool.New("p", pool.Options{Replicas: 2, ReadFrom: tc.from, StandIns: pool.NewStandIns(10, nil)}, []pool.Member{
+			{Name: "a", Addr: "embedded/0", Weight: 1, Server: a},
+			{Name: "b", Addr: "embedded/1", Weight: 1, Server: b},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		set(t, pl.Member(0).Server, "k")
+		before := [2]uint64{a.Info().Counters.Requests, b.Info().Counters.Requests}
+		for range 200 {
+			if !has(pl.Member(pl.Locate([]byte("k"))).Server, "k") {
+				t.Fatalf("%s: a read of k missed", tc.from)
+			}
+		}
+		asked := [2]uint64{a.Info().Counters.Requests - before[0], b.Info().Counters.Requests - before[1]}
+		if both := asked[0] > 0 && asked[1] > 0; both != tc.bothAsked || asked[0]+asked[1] != 200 {
+			t.Errorf("read_from %s: the replicas answered %v of 200 reads", tc.from, asked)
+		}
 	}
 }

@@ -82,16 +82,16 @@ func readMetaGet(r *bufio.Reader, maxValue int) (Item, error) {
 	return it, nil
 }
 
-// readMetaDelete reads the answer to one appendMetaDelete.
-func readMetaDelete(r *bufio.Reader) error {
+// readMetaDelete reads the answer to one appendMetaDelete: whether the key was there.
+func readMetaDelete(r *bufio.Reader) (bool, error) {
 	line, err := readLine(r)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if s := string(line); s != "HD" && s != "NF" {
-		return fmt.Errorf("%w: %q", errMeta, line)
+		return false, fmt.Errorf("%w: %q", errMeta, line)
 	}
-	return nil
+	return string(line) == "HD", nil
 }
 
 // readLine reads one line without its CRLF or LF, bounded by the reader's buffer.

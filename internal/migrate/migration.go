@@ -306,13 +306,28 @@ func (m *Migration) write(ctx context.Context, order *turn.Turn, req *protocol.R
 	if err := m.opts.New.Do(ctx, order, req, resps); err != nil {
 		return err
 	}
-	if err := m.old.delete(ctx, req.Key); err != nil {
+	found, err := m.old.delete(ctx, req.Key)
+	if err != nil {
 		// The write stands on the new server, and no read consults the old one for a
 		// touched key, so answering is safe; the old server keeps a stale copy, which
 		// matters only if the migration is reverted.
 		m.opts.Logger.Warn("migration: delete on the old server failed", "server", m.opts.Name, "from", m.opts.From, "err", err)
 	}
+	if found {
+		deletedThere(req, &resps[0])
+	}
 	return nil
+}
+
+// deletedThere makes a delete's answer of the new server (resp) what memcached answers
+// for a key it held, when the old server held it: the key was in the slot, not yet copied.
+func deletedThere(req *protocol.Request, resp *protocol.Response) {
+	switch {
+	case req.Op == protocol.OpDelete && resp.Status == protocol.StatusNotFound:
+		resp.Status = protocol.StatusOK
+	case req.Op == protocol.OpMetaDelete && resp.Meta.Code == protocol.MetaNF:
+		resp.Status, resp.Meta.Code = protocol.StatusOK, protocol.MetaHD
+	}
 }
 
 // read answers from the new server, and keys it misses from the old one, copying each hit

@@ -109,14 +109,16 @@ func (o *oldServer) get(ctx context.Context, keys [][]byte) ([]Item, error) {
 	return items, err
 }
 
-// delete deletes key; a missing key is no error.
-func (o *oldServer) delete(ctx context.Context, key []byte) error {
-	return o.with(ctx, o.timeout, func(c *textConn) error {
+// delete deletes key and reports whether it was there; a missing key is no error.
+func (o *oldServer) delete(ctx context.Context, key []byte) (found bool, err error) {
+	err = o.with(ctx, o.timeout, func(c *textConn) error {
 		if _, err := c.nc.Write(appendMetaDelete(nil, key)); err != nil {
 			return err
 		}
-		return readMetaDelete(c.r)
+		found, err = readMetaDelete(c.r)
+		return err
 	})
+	return found, err
 }
 
 // deleteAll deletes keys, pipelined: one round trip for the batch. A missing key is no
@@ -131,7 +133,7 @@ func (o *oldServer) deleteAll(ctx context.Context, keys [][]byte) error {
 			return err
 		}
 		for range keys {
-			if err := readMetaDelete(c.r); err != nil {
+			if _, err := readMetaDelete(c.r); err != nil {
 				return err
 			}
 		}

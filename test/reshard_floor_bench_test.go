@@ -55,8 +55,8 @@ func reshardFloor(b *testing.B, work string) {
 		var took time.Duration
 		go func() {
 			defer close(finished)
-			if work == "control" { // the window of a move with no work in it
-				time.Sleep(200 * time.Millisecond)
+			if work == "control" { // a window as long as a move's, with no work in it: waited out, not polled
+				<-time.After(200 * time.Millisecond)
 				took = time.Since(start)
 				return
 			}

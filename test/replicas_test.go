@@ -919,3 +919,49 @@ func TestReplicasFireAndForget(t *testing.T) {
 		return true
 	})
 }
+
+// TestReplicasBigValuesAndMultiGet: 1 MiB values and a multi-get of 2,000 keys through a
+// pool with replicas: 2, before and after one of its three servers is killed: every value
+// comes back, from its other replica, and moxi's peak RSS stays bounded (built without the
+// race detector, whose shadow memory would swamp it).
+func TestReplicasBigValuesAndMultiGet(t *testing.T) {
+	var mcs []*memcachedtest.Server
+	for range 3 {
+		mcs = append(mcs, memcachedtest.Start(t, "-I", "2m", "-m", "256"))
+	}
+	moxi := startMoxiBin(t, fastMoxi(t), "--config", writeConfig(t, replicaConfig(2, addrs(mcs)...)+"limits:\n  max_value_bytes: 2097152\n"))
+	storeBig(t, moxi.addr, 20)
+	small := make([]string, 2000)
+	for i := range small {
+		small[i] = fmt.Sprintf("mg:%d", i)
+	}
+	setKeys(t, moxi.addr, small)
+	check := func(when string) {
+		t.Helper()
+		if n, err := bigGet(moxi.addr, 20); n != 20 || err != nil {
+			t.Errorf("%s: a get of 20 values of 1 MiB answered %d (%v)", when, n, err)
+		}
+		c, err := net.Dial("tcp", moxi.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		found := 0
+		for _, l := range roundTrip(t, c, bufio.NewReader(c), "get "+strings.Join(small, " ")+"\r\n", "END") {
+			if strings.HasPrefix(l, "VALUE ") {
+				found++
+			}
+		}
+		if found != len(small) {
+			t.Errorf("%s: one multi-get of %d keys found %d", when, len(small), found)
+		}
+	}
+	check("all servers up")
+	mcs[0].Stop()
+	check("one server killed")
+	rss := peakRSS(t, moxi.cmd.Process.Pid)
+	t.Logf("moxi's peak RSS: %.0f MiB", rss)
+	if rss > 256 {
+		t.Errorf("moxi's peak RSS %.0f MiB for 20 MiB of values", rss)
+	}
+}

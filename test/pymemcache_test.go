@@ -17,9 +17,9 @@ import (
 // needs a TLS server and is left out.
 const pymemcacheTests = "/usr/lib/python3/dist-packages/pymemcache/test/test_integration.py"
 
-// runPymemcache runs pymemcache's integration suite against addr and returns each test's
-// outcome (PASSED, FAILED, ERROR), by test id.
-func runPymemcache(t *testing.T, addr string) map[string]string {
+// runPymemcache runs pymemcache's integration suite against addr — only the tests ids, when
+// given — and returns each test's outcome (PASSED, FAILED, ERROR), by test id.
+func runPymemcache(t *testing.T, addr string, ids ...string) map[string]string {
 	t.Helper()
 	if _, err := os.Stat(pymemcacheTests); err != nil {
 		t.Fatalf("pymemcache's tests: %v: run `make deps` (or `make test`, which installs python3-pymemcache)", err)
@@ -30,8 +30,17 @@ func runPymemcache(t *testing.T, addr string) map[string]string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-m", "pytest", pymemcacheTests, "--server", host, "--port", port,
-		"-q", "-rA", "-p", "no:cacheprovider", "-k", "not tls")
+	// The paths come first: pytest finds the suite's conftest.py, which adds --server and
+	// --port, from them.
+	args := []string{"-m", "pytest"}
+	if len(ids) == 0 {
+		args = append(args, pymemcacheTests, "-k", "not tls")
+	}
+	for _, id := range ids {
+		args = append(args, pymemcacheTests+"::"+id)
+	}
+	args = append(args, "--server", host, "--port", port, "-q", "-rA", "-p", "no:cacheprovider")
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", args...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 	out, _ := cmd.CombinedOutput() // failing tests exit 1: the outcomes say which
@@ -43,7 +52,7 @@ func runPymemcache(t *testing.T, addr string) map[string]string {
 			outcomes[id] = f[0]
 		}
 	}
-	if len(outcomes) < 40 {
+	if (len(ids) == 0 && len(outcomes) < 40) || (len(ids) > 0 && len(outcomes) != len(ids)) {
 		t.Fatalf("pymemcache's suite against %s ran %d tests:\n%s", addr, len(outcomes), out)
 	}
 	return outcomes
@@ -51,7 +60,10 @@ func runPymemcache(t *testing.T, addr string) map[string]string {
 
 // TestPymemcache runs pymemcache's integration suite (its Client, PooledClient and
 // HashClient) against memcached, then through moxi in front of a plain pool and a pool with
-// replicas: 2, and wants the same outcome for every test: all passed.
+// replicas: 2, and wants the same outcome for every test: all passed. A test that fails
+// through moxi runs once more, alone: test_touch sets a key with a TTL of 1 s and touches
+// it, and memcached's clock moves in whole seconds, so on a loaded machine the key can
+// expire between the two (seen once, in a CI run beside another).
 func TestPymemcache(t *testing.T) {
 	mcs := cluster(t, 3)
 	want := runPymemcache(t, mcs[0].Addr)
@@ -64,6 +76,16 @@ func TestPymemcache(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			moxi := startMoxi(t, "--config", writeConfig(t, poolConfig(settings, addrs(mcs)...)))
 			got := runPymemcache(t, moxi.addr)
+			var again []string
+			for _, id := range slices.Sorted(maps.Keys(want)) {
+				if got[id] != want[id] {
+					again = append(again, id)
+				}
+			}
+			if len(again) > 0 {
+				t.Logf("run again, alone: %v", again)
+				maps.Copy(got, runPymemcache(t, moxi.addr, again...))
+			}
 			for _, id := range slices.Sorted(maps.Keys(want)) {
 				if got[id] != want[id] {
 					t.Errorf("%s: %s through moxi, %s on memcached", id, got[id], want[id])

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what moxi's tests and benchmarks run against, when missing: memcached,
 # libmemcached-tools (memccapable, memcaslap), nutcracker (twemproxy), promtool (from the
-# prometheus package: the deploy test checks and unit-tests deploy/prometheus/alerts.yaml) and
-# pymemcache with pytest (its integration suite), from Debian;
+# prometheus package: the deploy test checks and unit-tests deploy/prometheus/alerts.yaml),
+# pymemcache with pytest (its integration suite) and spymemcached with a JDK (the Java client
+# test/authclients_test.go compiles and runs), from Debian;
 # and kustomize, which the deploy test renders deploy/kubernetes with.
 set -euo pipefail
 missing=()
@@ -12,6 +13,10 @@ command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || missing+=(nut
 command -v promtool >/dev/null || missing+=(prometheus)
 # pymemcache's integration suite (test/pymemcache_test.go) runs under the system's python3.
 /usr/bin/python3 -c 'import pymemcache, pytest' 2>/dev/null || missing+=(python3-pymemcache python3-pytest)
+# spymemcached (test/authclients_test.go compiles test/testdata/spyauth/SpyAuth.java against
+# the jar, which needs no other); the machine's image has a JDK, installed here when missing.
+{ command -v java >/dev/null && command -v javac >/dev/null; } || missing+=(default-jdk-headless)
+[ -f /usr/share/java/spymemcached.jar ] || missing+=(libspymemcached-java)
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "installing ${missing[*]}"
 	sudo=""

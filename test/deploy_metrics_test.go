@@ -45,6 +45,7 @@ var exportedFamilies = []exportedMetric{
 	{"moxi_connections_closed_total", dto.MetricType_COUNTER, []string{"reason"}},
 	{"moxi_buffered_bytes", dto.MetricType_GAUGE, nil},
 	{"moxi_panics_total", dto.MetricType_COUNTER, nil},
+	{"moxi_auth_failures_total", dto.MetricType_COUNTER, nil},
 	// Backends (internal/admin, cmd/moxi).
 	{"moxi_backend_up", dto.MetricType_GAUGE, []string{"pool", "server"}},
 	{"moxi_backend_requests_total", dto.MetricType_COUNTER, []string{"pool", "server"}},

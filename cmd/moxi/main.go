@@ -24,6 +24,7 @@ import (
 
 	"github.com/moxi-proxy/moxi"
 	"github.com/moxi-proxy/moxi/internal/admin"
+	"github.com/moxi-proxy/moxi/internal/auth"
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/discover"
 	"github.com/moxi-proxy/moxi/internal/frontend"
@@ -257,6 +258,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		Logger:             logger,
 	}
 	front.RegisterMetrics(reg)
+	front.SetAuth(clientAuth(cfg))
 	px := proxy.New(pending.Topology, proxy.Options{
 		Release:         moxi.Release,
 		Build:           moxi.Build(version),
@@ -278,7 +280,8 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	}
 	rl = reload.New(reload.Options{
 		Path: o.configPath, Override: override, Builder: builder, Swap: px.Swap, Initial: pending.Topology,
-		Logger: logger, Registry: reg, Grace: grace,
+		Installed: func(c *config.Config) { front.SetAuth(clientAuth(c)) },
+		Logger:    logger, Registry: reg, Grace: grace,
 	}, loaded)
 	close(rlReady)
 	reg.MustRegister(admin.NewServerCollector(px), admin.NewMigrationCollector(builder), admin.BuildInfo(moxi.Version(version)))
@@ -477,3 +480,11 @@ var (
 	_ frontend.Starter = (*proxy.Proxy)(nil)
 	_ frontend.Starter = proxy.Listener{}
 )
+
+// clientAuth is the client authentication c puts in force, nil for none.
+func clientAuth(c *config.Config) *frontend.Auth {
+	if c.Auth == nil {
+		return nil
+	}
+	return &frontend.Auth{Users: auth.NewUsers(c.Auth.Users), Namespaces: c.Auth.Namespaces}
+}

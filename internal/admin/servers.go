@@ -13,7 +13,8 @@ type ServerState struct {
 	Name        string     `json:"name"`
 	Addr        string     `json:"addr"`
 	Weight      int        `json:"weight"`
-	State       pool.State `json:"state"` // "up", "dead" or "migrating"
+	State       pool.State `json:"state"`            // "up", "dead" or "migrating"
+	Reason      string     `json:"reason,omitempty"` // why it is dead: what marked it so, then the last probe's failure
 	Connections int        `json:"connections"`
 	InFlight    int64      `json:"in_flight"`
 }
@@ -26,7 +27,7 @@ func Servers(t *topology.Topology) []ServerState {
 			m := pl.Member(i)
 			info := m.Server.Info()
 			out = append(out, ServerState{
-				Pool: pl.Name(), Name: m.Name, Addr: m.Addr, Weight: m.Weight, State: info.State,
+				Pool: pl.Name(), Name: m.Name, Addr: m.Addr, Weight: m.Weight, State: info.State, Reason: info.Reason,
 				Connections: info.Counters.ConnectionsUp, InFlight: info.Counters.InFlight,
 			})
 		}

@@ -14,9 +14,14 @@ import (
 // doText sends a server-admin command the binary protocol has no opcode for
 // (cache_memlimit) in the text protocol, on a connection of its own, and reads memcached's
 // one-line answer into resp: OK, or its other line in resp.Value (through
-// protocol.OneLine). Such commands are rare; a connection kept for them would be idle.
+// protocol.OneLine). Such commands are rare; a connection kept for them would be idle. A
+// server that requires SASL does not speak text: moxi answers (sasl.go).
 func (s *Server) doText(ctx context.Context, order *turn.Turn, req *protocol.Request, resp *protocol.Response) error {
 	defer order.Dispatched()
+	if s.opts.SASL.set() {
+		*resp = binaryOnly(req.Op.String() + " is")
+		return nil
+	}
 	nc, err := s.dial(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: connect: %w", s.opts.Addr, err)

@@ -360,7 +360,13 @@ func (c *conn) readLoop(nc net.Conn) {
 		}
 		pr.end()
 		if err != nil {
-			c.fail(nc, fmt.Errorf("read: %w", err))
+			err = fmt.Errorf("read: %w", err)
+			if isAuthError(err) {
+				// Dead before failing nc: its calls end as the dead server's, and the one
+				// line logged says why.
+				c.s.markDead(err)
+			}
+			c.fail(nc, err)
 			return
 		}
 	}
@@ -377,6 +383,9 @@ func (c *conn) readBinary(br *bufio.Reader, lim protocol.Limits, h *protocol.Bin
 	}
 	if err != nil {
 		return err
+	}
+	if err := c.s.refusal(h); err != nil {
+		return err // not an answer: the server hangs up after it
 	}
 	c.mu.Lock()
 	cl := c.queue.front()

@@ -14,8 +14,9 @@ import (
 // TCP, and TLS over it when tlsConf is set, the handshake included in the timeout. An
 // empty tlsConf.ServerName verifies the server's certificate for addr's host. It is the one
 // way moxi reaches a server, so every connection to one is alike: a Server's pooled
-// connections, its health probes and its meta connections, and a migration's connections
-// to the old server.
+// connections, its health probes and its meta connections (Server.dial, which then
+// authenticates where the server requires SASL), and a migration's connections to the old
+// server.
 func Dial(ctx context.Context, addr string, timeout time.Duration, tlsConf *tls.Config) (net.Conn, error) {
 	nd := &net.Dialer{Timeout: timeout}
 	if tlsConf == nil {
@@ -29,12 +30,24 @@ func Dial(ctx context.Context, addr string, timeout time.Duration, tlsConf *tls.
 	return tlsConn{nc.(*tls.Conn)}, nil
 }
 
-// dial opens a connection to s (see Dial) within its connect timeout.
+// dial opens a connection to s (see Dial) within its connect timeout, authenticated when
+// s requires SASL: every connection of a Server's, pooled, probing or other, is made here.
 func (s *Server) dial(ctx context.Context) (net.Conn, error) {
+	var nc net.Conn
+	var err error
 	if s.opts.dial != nil {
-		return s.opts.dial(ctx)
+		nc, err = s.opts.dial(ctx)
+	} else {
+		nc, err = Dial(ctx, s.opts.Addr, s.opts.ConnectTimeout, s.opts.TLS)
 	}
-	return Dial(ctx, s.opts.Addr, s.opts.ConnectTimeout, s.opts.TLS)
+	if err != nil || !s.opts.SASL.set() {
+		return nc, err
+	}
+	if err := s.authenticate(ctx, nc); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return nc, nil
 }
 
 // ownError reports whether err is moxi's own want of a resource (file descriptors,

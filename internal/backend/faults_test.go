@@ -80,7 +80,7 @@ func TestDrippingAnswerTimesOut(t *testing.T) {
 			for i := range 2 {
 				// The connection the first answer closed is redialed in the background: a
 				// request before that would find it down (a failure of its own).
-				waitFor(t, "the connection redialed", func() bool { return s.Counters().ConnectionsUp > 0 })
+				waitFor(t, "the connection redialed", func() bool { return s.Counters().ConnectionsUp > 0 && metaUp(s) })
 				start := time.Now()
 				var resps [1]protocol.Response
 				err := s.Do(context.Background(), nil, tt.req(t), resps[:])
@@ -178,6 +178,19 @@ func TestOwnDialErrorsSpareTheServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// metaUp reports whether every meta connection s has opened is up (Counters counts the
+// binary ones only).
+func metaUp(s *Server) bool {
+	s.meta.mu.Lock()
+	defer s.meta.mu.Unlock()
+	for _, c := range s.meta.conns {
+		if c != nil && !c.up.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // waitFor polls cond until it holds, failing the test after 20 s.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,9 +25,10 @@ type health struct {
 	dead     atomic.Bool  // read on every request; written under mu
 	failures atomic.Int32 // consecutive failures
 
-	mu    sync.Mutex
-	since time.Time     // when the current state began; guarded by mu
-	up    chan struct{} // closed while the server is up; replaced when it dies; guarded by mu
+	mu     sync.Mutex
+	since  time.Time     // when the current state began; guarded by mu
+	up     chan struct{} // closed while the server is up; replaced when it dies; guarded by mu
+	reason error         // while dead, why: what marked it dead, then each failed probe's error; guarded by mu
 }
 
 func (h *health) init() {
@@ -43,6 +45,16 @@ func (s *Server) State() (up bool, since time.Time) {
 	s.health.mu.Lock()
 	defer s.health.mu.Unlock()
 	return !s.health.dead.Load(), s.health.since
+}
+
+// deadReason is why the server is dead, "" while it is up.
+func (s *Server) deadReason() string {
+	s.health.mu.Lock()
+	defer s.health.mu.Unlock()
+	if s.health.reason == nil {
+		return ""
+	}
+	return s.health.reason.Error()
 }
 
 // upSignal is closed while the server is up; dialers wait on it while it is dead.
@@ -77,6 +89,7 @@ func (s *Server) markDead(reason error) {
 	h.dead.Store(true)
 	h.since = time.Now()
 	h.up = make(chan struct{})
+	h.reason = reason
 	h.mu.Unlock()
 	s.opts.Logger.Warn("backend marked dead", "addr", s.opts.Addr, "reason", reason.Error(), "probe_in", s.opts.RetryMin)
 	for _, c := range s.conns {
@@ -102,6 +115,7 @@ func (s *Server) markUp() {
 	h.dead.Store(false)
 	h.failures.Store(0)
 	h.since = time.Now()
+	h.reason = nil
 	close(h.up)
 	h.mu.Unlock()
 	s.opts.Logger.Info("backend up again", "addr", s.opts.Addr, "was_dead_for", down.Round(time.Millisecond))
@@ -125,13 +139,30 @@ func (s *Server) probeLoop() {
 	wait := s.opts.RetryMin
 	for s.pause(wait) {
 		if err := s.probe(); err != nil {
-			s.opts.Logger.Debug("backend probe failed", "addr", s.opts.Addr, "err", err, "next_in", min(2*wait, s.opts.RetryMax))
 			wait = min(2*wait, s.opts.RetryMax)
+			s.probeFailed(err, wait)
 			continue
 		}
 		s.markUp()
 		return
 	}
+}
+
+// probeFailed records why a probe found the server still dead. A refusal to authenticate
+// is logged as a warning when it is news (the server was marked dead for another reason:
+// a write that failed as it hung up, say), since it will not pass by itself; other
+// failures at debug level, once per probe.
+func (s *Server) probeFailed(err error, next time.Duration) {
+	h := &s.health
+	h.mu.Lock()
+	news := isAuthError(err) && !isAuthError(h.reason)
+	h.reason = err
+	h.mu.Unlock()
+	if news {
+		s.opts.Logger.Warn("backend still dead: it refuses moxi's connections", "addr", s.opts.Addr, "reason", err.Error(), "probe_in", next)
+		return
+	}
+	s.opts.Logger.Debug("backend probe failed", "addr", s.opts.Addr, "err", err, "next_in", next)
 }
 
 // probe dials the server and asks for a noop, within connect_timeout and timeout.
@@ -153,16 +184,28 @@ func (s *Server) probe() error {
 	defer context.AfterFunc(ctx, func() { nc.Close() })() // Close does not wait out a silent server
 	_ = nc.SetDeadline(time.Now().Add(s.opts.Timeout))
 	noop := protocol.Request{Op: protocol.OpNoop, Opaque: 0x6d6f7869}
-	if _, err := nc.Write(protocol.AppendBinaryRequest(nil, &noop)); err != nil {
+	hdr, resp, err := s.askOnce(nc, protocol.AppendBinaryRequest(nil, &noop))
+	if err != nil {
 		return err
 	}
-	var hdr protocol.BinaryResponseHeader
-	var resp protocol.Response
-	if err := protocol.ReadBinaryResponse(bufio.NewReaderSize(nc, 512), s.opts.Limits, &hdr, &resp); err != nil {
+	if err := s.refusal(&hdr); err != nil {
 		return err
 	}
 	if hdr.Opaque != noop.Opaque || resp.Status != protocol.StatusOK {
 		return fmt.Errorf("probe: unexpected answer (opaque %#x, status %d)", hdr.Opaque, resp.Status)
 	}
 	return nil
+}
+
+// askOnce writes one request packet on a connection of its own (a probe's, a handshake's)
+// and reads the one answer packet, within the deadline the caller set. Nothing follows the
+// answer (the server sends no more until asked), so the reader's buffer holds nothing else.
+func (s *Server) askOnce(nc net.Conn, packet []byte) (protocol.BinaryResponseHeader, protocol.Response, error) {
+	var h protocol.BinaryResponseHeader
+	var resp protocol.Response
+	if _, err := nc.Write(packet); err != nil {
+		return h, resp, err
+	}
+	err := protocol.ReadBinaryResponse(bufio.NewReaderSize(nc, 512), s.opts.Limits, &h, &resp)
+	return h, resp, err
 }

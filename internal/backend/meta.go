@@ -49,8 +49,16 @@ func (s *Server) doMeta(ctx context.Context, order *turn.Turn, req *protocol.Req
 }
 
 // doMetaBatch sends a run of meta requests on the client connection's meta connection, as
-// one call, and waits for their answers (see pool.Server's DoBatch).
+// one call, and waits for their answers (see pool.Server's DoBatch). A server that requires
+// SASL has no meta connection: moxi answers them (sasl.go).
 func (s *Server) doMetaBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	if s.opts.SASL.set() {
+		order.Dispatched() // nothing to send
+		for i := range reqs {
+			resps[i], errs[i] = binaryOnly("meta commands are"), nil
+		}
+		return
+	}
 	var err error
 	if order.Switch(s, pathMeta) {
 		// The client's previous request to s went on the binary connection (see the

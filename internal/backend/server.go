@@ -39,6 +39,8 @@ type Options struct {
 	MaxInFlight    int             // requests waiting for answers; past it a request waits up to Timeout for room; 0 = MaxInFlight
 	Limits         protocol.Limits // bounds on answers; protocol.DefaultLimits when zero
 	TLS            *tls.Config     // set: every connection to the server is TLS (see Dial); nil: plaintext
+	SASL           SASL            // set: every connection authenticates first, and text requests are answered by moxi (sasl.go)
+	Pool           string          // the server's pool, which messages about its settings name
 	Logger         *slog.Logger    // nil = slog.Default()
 	// Observe, when set, is given the seconds from send to answer of every answered request.
 	Observe func(seconds float64)
@@ -177,7 +179,8 @@ func (s *Server) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.
 // once they are queued: the connection's reader finishes them when their answers arrive
 // (pool.Starter). It declines (false) what would make it wait: no room among the requests
 // in flight, no connection up, a dead server, a switch of path (turn.Turn.Switch), a run mixing
-// meta and other requests.
+// meta and other requests. Meta requests to a server that requires SASL are answered at once
+// (see doMetaBatch).
 func (s *Server) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
 	path := pathBinary
 	switch metas := countMeta(reqs); {
@@ -185,6 +188,9 @@ func (s *Server) StartBatch(ctx context.Context, order *turn.Turn, reqs []protoc
 		path = pathMeta
 	case metas > 0:
 		return false
+	}
+	if path == pathMeta && s.opts.SASL.set() {
+		return pool.StartNow(ctx, order, s, reqs, resps, errs, done) // answered by moxi, at once
 	}
 	if ctx.Err() != nil || s.health.dead.Load() || order.WouldSwitch(s, path) {
 		return false
@@ -460,7 +466,7 @@ func (s *Server) Info() pool.Info {
 	if !s.Up() {
 		st = pool.StateDead
 	}
-	return pool.Info{State: st, Counters: s.Counters()}
+	return pool.Info{State: st, Reason: s.deadReason(), Counters: s.Counters()}
 }
 
 // Stats are moxi's counters for this server, for "stats proxy".

@@ -53,6 +53,30 @@ type Config struct {
 	Dedup         bool // coalesce identical concurrent gets
 	HotCache      HotCache
 	FireAndForget FireAndForget
+
+	Auth *Auth // clients authenticate first; nil: every client is served
+}
+
+// Auth is the auth section: a client must authenticate (binary SASL PLAIN, or the text
+// protocol's set of "user password", as memcached -S and -Y) before any other request.
+type Auth struct {
+	UsersFile  string // lines "user:password", memcached's -Y file form
+	Namespaces bool   // each user's keys are stored as "<user>:<key>", invisibly to the user
+	Line       int    // of the section in the file, for messages; 0 when not from a file
+
+	// Users is UsersFile's content (name → password) as LoadSecrets read it; nil before.
+	Users map[string]string
+}
+
+// SASL is a pool's sasl section: its servers require SASL PLAIN (memcached -S), and moxi
+// authenticates every connection it opens to them as User.
+type SASL struct {
+	User         string
+	PasswordFile string // the password, surrounding white space removed
+	Line         int    // of the section in the file, for messages; 0 when not from a file
+
+	// Password is PasswordFile's content as LoadSecrets read it; nil before.
+	Password []byte
 }
 
 // Limits bound what one client may ask of the proxy.
@@ -101,6 +125,7 @@ type Pool struct {
 	WriteQuorum string   // with Replicas: one of pool.WriteQuorums(), the acknowledgements a write waits for
 	ReadFrom    string   // with Replicas: one of pool.ReadFroms(), the replica a read asks first
 	TLS         *PoolTLS // TLS to the servers; nil: plaintext
+	SASL        *SASL    // the servers require SASL PLAIN (and so speak binary only); nil: they do not
 
 	// WarmFrom is another pool's name, or "": a get that misses on this pool is read there,
 	// answered and copied here (docs/migration.md). That pool
@@ -386,6 +411,79 @@ func (c *Config) LoadAdminToken(filename string) error {
 	}
 	c.AdminToken = token
 	return nil
+}
+
+// LoadSecrets reads the files that auth.users_file and each pool's sasl.password_file name
+// into Auth.Users and SASL.Password, so that a missing, empty or malformed file fails a load
+// (and --check, and a reload) like a bad value does, and every reload reads them again.
+// filename is used only in error messages. On error c is left as it was.
+func (c *Config) LoadSecrets(filename string) error {
+	d := &decoder{file: filename}
+	var users map[string]string
+	if a := c.Auth; a != nil {
+		data, err := os.ReadFile(a.UsersFile)
+		if err != nil {
+			d.fail(&yaml.Node{Line: a.Line}, "auth.users_file", "%v", err)
+		} else {
+			var bad string
+			users, bad = ParseUsers(data)
+			switch {
+			case bad != "":
+				d.fail(&yaml.Node{Line: a.Line}, "auth.users_file", "%s: %s", a.UsersFile, bad)
+			case len(users) == 0:
+				d.fail(&yaml.Node{Line: a.Line}, "auth.users_file", "%s has no users: want lines \"user:password\"", a.UsersFile)
+			}
+		}
+	}
+	passwords := make([][]byte, len(c.Pools))
+	for i, p := range c.Pools {
+		if p.SASL == nil {
+			continue
+		}
+		at := "pools." + p.Name + ".sasl.password_file"
+		data, err := os.ReadFile(p.SASL.PasswordFile)
+		passwords[i] = bytes.TrimSpace(data)
+		switch {
+		case err != nil:
+			d.fail(&yaml.Node{Line: p.SASL.Line}, at, "%v", err)
+		case len(passwords[i]) == 0:
+			d.fail(&yaml.Node{Line: p.SASL.Line}, at, "%s is empty: it must hold the password", p.SASL.PasswordFile)
+		}
+	}
+	if err := d.err(); err != nil {
+		return err
+	}
+	if c.Auth != nil {
+		c.Auth.Users = users
+	}
+	for i, p := range c.Pools {
+		if p.SASL != nil {
+			p.SASL.Password = passwords[i]
+		}
+	}
+	return nil
+}
+
+// ParseUsers reads a users file: lines "user:password" (memcached's -Y form; the password is
+// the rest of the line, a colon included), blank lines and lines starting with # ignored.
+// bad describes the first malformed line, "" when none; the password is never in it.
+func ParseUsers(data []byte) (users map[string]string, bad string) {
+	users = map[string]string{}
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimRight(line, "\r")
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		user, password, ok := strings.Cut(line, ":")
+		switch {
+		case !ok || user == "" || password == "":
+			return nil, fmt.Sprintf("line %d: want \"user:password\"", i+1)
+		case strings.ContainsAny(user, " \t"):
+			return nil, fmt.Sprintf("line %d: a user name has no spaces", i+1)
+		}
+		users[user] = password
+	}
+	return users, ""
 }
 
 // fileError reports err, from loading the files of the tls section at line, under the

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,7 +77,27 @@ func DiffSince(started, prev, next *Config) []string {
 	live("fire_and_forget.prefixes", quoteList(prev.FireAndForget.Prefixes), quoteList(next.FireAndForget.Prefixes))
 	restart("fire_and_forget.max_pending", started.FireAndForget.MaxPending, next.FireAndForget.MaxPending)
 	restart("fire_and_forget.max_pending_bytes", started.FireAndForget.MaxPendingBytes, next.FireAndForget.MaxPendingBytes)
+	d.auth(prev.Auth, next.Auth)
 	return d.lines
+}
+
+// auth reports the auth section's changes; never a password, since the lines are logged.
+func (d *differ) auth(a, b *Auth) {
+	switch {
+	case a == nil && b == nil:
+		return
+	case a == nil:
+		d.add("auth: added")
+		return
+	case b == nil:
+		d.add("auth: removed")
+		return
+	}
+	d.change("", "auth.users_file", quoteEmpty(a.UsersFile), quoteEmpty(b.UsersFile), "")
+	d.change("", "auth.namespaces", a.Namespaces, b.Namespaces, "")
+	if a.UsersFile == b.UsersFile && !maps.Equal(a.Users, b.Users) {
+		d.add("auth.users_file: users changed")
+	}
 }
 
 // differ collects the lines of a Diff.
@@ -148,6 +169,16 @@ func (d *differ) pool(prefix string, a, b *Pool) {
 		d.change(prefix, "tls.server_name", quoteEmpty(at.ServerName), quoteEmpty(bt.ServerName), "")
 		if at.Sum != bt.Sum && at.CA == bt.CA && at.Cert == bt.Cert && at.Key == bt.Key && at.ServerName == bt.ServerName {
 			d.add("%stls: files changed (its servers reconnect with them)", prefix)
+		}
+	}
+	switch as, bs := a.SASL, b.SASL; {
+	case as == nil || bs == nil:
+		d.change(prefix, "sasl", onOff(as != nil), onOff(bs != nil), "")
+	default:
+		d.change(prefix, "sasl.user", quoteEmpty(as.User), quoteEmpty(bs.User), "")
+		d.change(prefix, "sasl.password_file", quoteEmpty(as.PasswordFile), quoteEmpty(bs.PasswordFile), "")
+		if as.PasswordFile == bs.PasswordFile && !bytes.Equal(as.Password, bs.Password) {
+			d.add("%ssasl.password_file: password changed (its servers reconnect with it)", prefix) // never the password: the line is logged
 		}
 	}
 }

@@ -82,6 +82,12 @@ func (c *Config) YAML() ([]byte, error) {
 	put(faf, "max_pending", intNode(c.FireAndForget.MaxPending))
 	put(faf, "max_pending_bytes", intNode(c.FireAndForget.MaxPendingBytes))
 	put(root, "fire_and_forget", faf)
+	if a := c.Auth; a != nil {
+		am := mapNode()
+		put(am, "users_file", strNode(a.UsersFile)) // the file's name, never a password
+		put(am, "namespaces", boolNode(a.Namespaces))
+		put(root, "auth", am)
+	}
 
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
@@ -146,6 +152,12 @@ func poolNode(p *Pool) *yaml.Node {
 			}
 		}
 		put(m, "tls", tm)
+	}
+	if sc := p.SASL; sc != nil {
+		sm := mapNode()
+		put(sm, "user", strNode(sc.User))
+		put(sm, "password_file", strNode(sc.PasswordFile)) // the file's name, never the password
+		put(m, "sasl", sm)
 	}
 	if p.WarmFrom != "" {
 		put(m, "warm_from", strNode(p.WarmFrom))

@@ -239,6 +239,18 @@ func TestErrors(t *testing.T) {
 			"m.yaml:1: routes[0].pool: no pool named \"nope\"\n" +
 				"m.yaml:4: pools.p.embedded: want an integer, got \"x\"\n" +
 				"m.yaml:5: pools.p.timeout: bad duration \"5\": want Go syntax such as 250ms or 2s"},
+		{"auth without users_file", one + "    embedded: 1\nauth: {namespaces: true}\n",
+			`m.yaml:4: auth.users_file: required: the file of "user:password" lines clients authenticate with`},
+		{"sasl without password_file", one + "    servers: [\"h:1\"]\n    sasl: {user: moxi}\n",
+			"m.yaml:4: pools.p.sasl.password_file: required: the file holding the SASL user's password"},
+		{"sasl on an embedded pool", one + "    embedded: 1\n    sasl: {user: moxi, password_file: /p}\n",
+			"m.yaml:4: pools.p.sasl: an embedded pool has no servers to authenticate to"},
+		{"sasl and warm_from", "pools:\n  a: {embedded: 1}\n  c:\n    servers: [\"h:1\"]\n    sasl: {user: moxi, password_file: /p}\n    warm_from: a\ndefault_pool: a\n",
+			"m.yaml:6: pools.c.warm_from: not with sasl: servers that require SASL speak only the binary protocol, which a warm-up needs the text protocol beside"},
+		{"sasl and migrate_from", one + "    sasl: {user: moxi, password_file: /p}\n    servers:\n      - {addr: \"h:1\", migrate_from: \"h:2\"}\n",
+			"m.yaml:5: pools.p.servers[0].migrate_from: not with sasl: servers that require SASL speak only the binary protocol, which a migration needs the text protocol beside"},
+		{"warm_from a sasl pool", "pools:\n  c:\n    servers: [\"h:1\"]\n    sasl: {user: moxi, password_file: /p}\n  d:\n    servers: [\"h:2\"]\n    warm_from: c\ndefault_pool: d\n",
+			"m.yaml:7: pools.d.warm_from: pool c has sasl: its servers speak only the binary protocol, and a warm-up reads in the text protocol"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -67,6 +67,9 @@ func (d *decoder) link(c *Config, l *links) {
 				// A miss is read from one other pool, never along a chain: name the pool
 				// that holds the data.
 				d.fail(n, at, "pool %s warms up from %s itself: chains are not followed, warm up from the pool that holds the data", other.Name, other.WarmFrom)
+			case other.SASL != nil:
+				// A warm-up reads its source with meta commands, which such servers refuse.
+				d.fail(n, at, "pool %s has sasl: its servers speak only the binary protocol, and a warm-up reads in the text protocol", other.Name)
 			}
 		}
 		if n := l.shadows[p.Name]; n != nil && p.Shadow != nil {

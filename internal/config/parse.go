@@ -168,6 +168,7 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 				"ttl":       d.duration(&c.HotCache.TTL, true),
 			})
 		},
+		"auth": func(v *yaml.Node, path string) { c.Auth = d.auth(v, path) },
 		"fire_and_forget": func(v *yaml.Node, path string) {
 			d.mapping(v, path, map[string]field{
 				"prefixes":          d.strings(&c.FireAndForget.Prefixes),
@@ -376,6 +377,7 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml
 		"write_quorum":       d.oneOf(&p.WriteQuorum, "write_quorum", pool.WriteQuorums()),
 		"read_from":          d.oneOf(&p.ReadFrom, "read_from", pool.ReadFroms()),
 		"tls":                func(v *yaml.Node, path string) { p.TLS = d.poolTLS(v, path) },
+		"sasl":               func(v *yaml.Node, path string) { p.SASL = d.sasl(v, path) },
 		"warm_from":          d.str(&p.WarmFrom),
 		"shadow":             func(v *yaml.Node, path string) { p.Shadow = d.shadow(v, path) },
 		"discover":           func(v *yaml.Node, path string) { p.Discover = d.discover(v, path) },
@@ -402,12 +404,64 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml
 		d.fail(key, path, "has no servers: give servers, embedded or discover")
 	case p.Embedded > 0 && p.TLS != nil:
 		d.fail(seen["tls"], join(path, "tls"), "an embedded pool has no servers to reach over TLS")
+	case p.Embedded > 0 && p.SASL != nil:
+		d.fail(seen["sasl"], join(path, "sasl"), "an embedded pool has no servers to authenticate to")
 	case p.Replicas > 1 && hasServers && sv.Kind == yaml.SequenceNode && len(sv.Content) < p.Replicas:
 		d.fail(seen["replicas"], join(path, "replicas"), "is %d but the pool has %d servers", p.Replicas, len(sv.Content))
 	case p.Embedded > 0 && p.Replicas > p.Embedded:
 		d.fail(seen["replicas"], join(path, "replicas"), "is %d but the pool has %d embedded shards", p.Replicas, p.Embedded)
 	}
+	if p.SASL != nil {
+		// Servers that require SASL speak only the binary protocol, and a warm-up, a
+		// migration's listing and copy, and a shadow's meta requests need the text one.
+		const why = "not with sasl: servers that require SASL speak only the binary protocol, which %s needs the text protocol beside"
+		for key, what := range map[string]string{"warm_from": "a warm-up", "shadow": "a shadow"} {
+			if n := seen[key]; n != nil && !isNull(n) {
+				d.fail(n, join(path, key), why, what)
+			}
+		}
+		for i, sv := range p.Servers {
+			if sv.MigrateFrom != "" {
+				d.fail(&yaml.Node{Line: sv.Line}, join(path, index("servers", i)+".migrate_from"), why, "a migration")
+			}
+		}
+	}
 	return seen
+}
+
+// auth reads the auth section; users_file is required.
+func (d *decoder) auth(v *yaml.Node, path string) *Auth {
+	a := &Auth{Line: v.Line}
+	seen := d.mapping(v, path, map[string]field{
+		"users_file": d.str(&a.UsersFile),
+		"namespaces": d.boolean(&a.Namespaces),
+	})
+	if v.Kind != yaml.MappingNode {
+		return nil
+	}
+	if a.UsersFile == "" && !d.bad[seen["users_file"]] {
+		d.fail(v, join(path, "users_file"), "required: the file of \"user:password\" lines clients authenticate with")
+	}
+	return a
+}
+
+// sasl reads a pool's sasl section; user and password_file are required.
+func (d *decoder) sasl(v *yaml.Node, path string) *SASL {
+	s := &SASL{Line: v.Line}
+	seen := d.mapping(v, path, map[string]field{
+		"user":          d.str(&s.User),
+		"password_file": d.str(&s.PasswordFile),
+	})
+	if v.Kind != yaml.MappingNode {
+		return nil
+	}
+	if s.User == "" && !d.bad[seen["user"]] {
+		d.fail(v, join(path, "user"), "required: the SASL user moxi authenticates to the servers as")
+	}
+	if s.PasswordFile == "" && !d.bad[seen["password_file"]] {
+		d.fail(v, join(path, "password_file"), "required: the file holding the SASL user's password")
+	}
+	return s
 }
 
 // discover reads a pool's discover section; dns is required.

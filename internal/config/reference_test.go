@@ -70,6 +70,8 @@ func everyKeyConfig() *Config {
 	p.TLS.Cert, p.TLS.Key, p.TLS.ServerName = "/etc/moxi/client.crt", "/etc/moxi/client.key", "cache.internal"
 	p.WarmFrom = other
 	p.Shadow = &Shadow{Pool: other, Fraction: 0.01}
+	c.Auth = &Auth{UsersFile: "/etc/moxi/users", Namespaces: true}
+	c.Pools[1].SASL = &SASL{User: "moxi", PasswordFile: "/etc/moxi/sasl-password"}
 	c.Pools[1].Discover = &Discover{DNS: "_memcache._tcp.memcached.cache.svc.cluster.local", Port: 11211, SRV: true,
 		Interval: 10 * time.Second, RemoveAfter: time.Minute, Resolver: "10.96.0.10:53"}
 	return c

@@ -83,6 +83,11 @@ type conn struct {
 
 	answers answerQueue
 
+	// Authentication (auth.go).
+	login        atomic.Pointer[login] // the user the client logged in as; nil: none (yet)
+	failedLogins int                   // failed logins in a row; owned by the reader
+	storedKeys   []byte                // the request's keys renamed into their namespace; owned by the reader
+
 	// The byte account (account.go).
 	unknownKeys int           // keys of the tasks in flight whose answers may carry values; guarded by answers.mu
 	held        atomic.Int64  // this connection's bytes in the account
@@ -307,10 +312,15 @@ func (c *conn) readBusy() error {
 	c.answers.beginBurst()
 	defer c.answers.endBurst()
 	for {
-		rejected := false
+		rejected, answered := false, false
 		err := c.readRequest()
 		c.settleInput()
-		if err == nil && c.batchable() {
+		if err == nil && (c.req.Op.IsSASL() || c.s.auth.Load() != nil) {
+			answered, err = c.guard()
+		}
+		if answered {
+			// Answered by guard: the login exchange, or a refusal.
+		} else if err == nil && c.batchable() {
 			c.startRun() // the run read before the quiet gets comes first
 			c.addToBatch()
 			if c.more() && len(c.batch) < maxQuietBatch {
@@ -333,11 +343,20 @@ func (c *conn) readBusy() error {
 				if !errors.As(err, &re) {
 					return err
 				}
+				if !c.authorized() {
+					// Before the login, every request is refused alike, and none reaches a server.
+					refusal := *errUnauthenticated
+					refusal.Close = re.Close
+					re = &refusal
+				}
 				if re.Unlink != nil {
 					// A set too large to store: like memcached, drop what the key held, so
 					// that the value the client meant to replace is not read afterwards.
 					t := c.s.getTask()
 					t.req = protocol.Request{Op: protocol.OpDelete, Key: re.Unlink, Binary: c.binary}
+					if ns := c.namespace(); ns != nil {
+						t.req.Key = append(append([]byte(nil), ns...), re.Unlink...)
+					}
 					t.silent = true
 					c.start(t)
 				}

@@ -66,6 +66,9 @@ type Server struct {
 	// it panic to see one request's panic cost its connection alone.
 	PanicHook func(*protocol.Request)
 
+	auth         atomic.Pointer[Auth] // SetAuth's; nil: clients need not authenticate
+	authFailures atomic.Uint64        // failed logins
+
 	current atomic.Int64
 	total   atomic.Uint64 // connections accepted
 	refused atomic.Uint64 // connections refused over MaxConnections
@@ -119,7 +122,8 @@ var closeReasonNames = [closeReasons]string{"request_timeout", "write_timeout", 
 func (s *Server) closedFor(reason int) { s.closed[reason].Add(1) }
 
 // RegisterMetrics exports moxi_connections_current, moxi_connections_total{result},
-// moxi_connections_closed_total{reason}, moxi_buffered_bytes and moxi_panics_total to reg.
+// moxi_connections_closed_total{reason}, moxi_buffered_bytes, moxi_panics_total and
+// moxi_auth_failures_total to reg.
 func (s *Server) RegisterMetrics(reg prometheus.Registerer) {
 	connections := func(result string, n *atomic.Uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -140,7 +144,11 @@ func (s *Server) RegisterMetrics(reg prometheus.Registerer) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "moxi_panics_total",
 			Help: "Requests whose handling panicked; each closed its client connection.",
-		}, func() float64 { return float64(s.panics.Load()) }))
+		}, func() float64 { return float64(s.panics.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "moxi_auth_failures_total",
+			Help: "Failed client logins (SASL auth or the text protocol's login set): a wrong user or password, or a malformed attempt.",
+		}, func() float64 { return float64(s.authFailures.Load()) }))
 	for reason, name := range closeReasonNames {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "moxi_connections_closed_total",

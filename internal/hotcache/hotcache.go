@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/moxi-proxy/moxi/internal/auth"
 )
 
 // Entry is a cached value. Value is owned by the cache and never modified: readers may
@@ -29,6 +30,10 @@ type Entry struct {
 // every drop bumps the key's epoch, a read takes the epoch before it fetches, and Add
 // stores nothing if the epoch moved meanwhile.
 type Cache struct {
+	// Namespaced, set before the cache is used, makes the prefixes match a key's part
+	// after its namespace: keys are stored as "<user>:<key>" (auth.namespaces).
+	Namespaced bool
+
 	prefixes [][]byte
 	lru      *expirable.LRU[string, Entry]
 	maxBytes int64
@@ -55,6 +60,9 @@ func New(prefixes []string, maxItems, maxBytes int, ttl time.Duration) *Cache {
 func (c *Cache) Hot(key []byte) bool {
 	if c == nil {
 		return false
+	}
+	if c.Namespaced {
+		key = auth.ClientKey(key)
 	}
 	for _, p := range c.prefixes {
 		if bytes.HasPrefix(key, p) {

@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +38,12 @@ func Start(t testing.TB, extra ...string) *Server {
 // 127.0.0.3… sharing a port are what the A records of one name give.
 func StartAt(t testing.TB, addr string, extra ...string) *Server {
 	t.Helper()
+	return startAt(t, addr, nil, extra)
+}
+
+// startAt is StartAt with env added to memcached's environment.
+func startAt(t testing.TB, addr string, env, extra []string) *Server {
+	t.Helper()
 	bin, err := exec.LookPath("memcached")
 	if err != nil {
 		t.Fatal("memcached not found: run `make deps` (or `make test`, which installs it)")
@@ -44,6 +52,9 @@ func StartAt(t testing.TB, addr string, extra ...string) *Server {
 	host, port, _ := net.SplitHostPort(s.Addr)
 	s.args = append([]string{"-u", "nobody", "-l", host, "-p", port, "-U", "0", "-m", "64"}, extra...)
 	s.cmd = exec.Command(bin, s.args...)
+	if env != nil {
+		s.cmd.Env = append(os.Environ(), env...)
+	}
 	s.start(t)
 	t.Cleanup(func() { s.Stop() })
 	return s
@@ -68,7 +79,9 @@ func (s *Server) start(t testing.TB) {
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.Stop()
+	env := s.cmd.Env
 	s.cmd = exec.Command(s.cmd.Path, s.args...)
+	s.cmd.Env = env
 	s.start(t)
 }
 
@@ -216,4 +229,62 @@ func BinaryHeader(req *protocol.Request, magic byte, status uint16, extLen uint8
 	binary.BigEndian.PutUint32(h[8:], bodyLen)
 	binary.BigEndian.PutUint32(h[12:], req.Opaque)
 	return h
+}
+
+// StartSASL runs memcached -S (binary protocol only, every request after SASL PLAIN
+// authentication) on a free loopback port, checking passwords against users (name →
+// password) in a Cyrus sasldb written for the test: a SASL_CONF_PATH directory holding
+// memcached.conf ("mech_list: plain" and the database's path), and the database, written by
+// Python's dbm.ndbm (Berkeley DB, as Debian's libsasl2 reads) with the entries
+// "user\0<host name>\0userPassword" that saslpasswd2 would write.
+func StartSASL(t testing.TB, users map[string]string, extra ...string) *Server {
+	t.Helper()
+	env := []string{"SASL_CONF_PATH=" + SASLConfDir(t, users)} // read by memcached's libsasl2
+	return startAt(t, FreeAddr(t), env, append([]string{"-S"}, extra...))
+}
+
+// SASLConfDir writes a SASL_CONF_PATH directory for memcached -S checking users (see
+// StartSASL) and returns its path. The directory and files are readable by every user:
+// memcached reads the database after it has become nobody.
+func SASLConfDir(t testing.TB, users map[string]string) string {
+	t.Helper()
+	// Not t.TempDir: the directory it makes is inside one only its owner may enter.
+	dir, err := os.MkdirTemp("", "sasl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "sasldb")
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The script reads "user password" lines: names and passwords in tests have no spaces.
+	var lines strings.Builder
+	for u, p := range users {
+		fmt.Fprintf(&lines, "%s %s\n", u, p)
+	}
+	script := `import dbm.ndbm, sys
+db = dbm.ndbm.open(sys.argv[1], 'n', 0o644)
+for line in sys.stdin.read().splitlines():
+    user, password = line.split(' ', 1)
+    db[user.encode() + b'\0' + sys.argv[2].encode() + b'\0userPassword'] = password.encode()
+db.close()
+`
+	cmd := exec.Command("/usr/bin/python3", "-c", script, db, host)
+	cmd.Stdin = strings.NewReader(lines.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("write sasldb: %v\n%s", err, out)
+	}
+	conf := fmt.Sprintf("mech_list: plain\nsasldb_path: %s.db\n", db)
+	if err := os.WriteFile(filepath.Join(dir, "memcached.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(db+".db", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -97,6 +97,7 @@ const (
 // Info is a server's state and counters.
 type Info struct {
 	State    State
+	Reason   string // why the server is dead, as the admin views show it; "" while it is not
 	Counters Counters
 }
 

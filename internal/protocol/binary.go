@@ -15,7 +15,7 @@ const (
 	binHeaderLen     = 24
 )
 
-// The request opcodes moxi decodes. Anything else (SASL, range ops, ...) is answered
+// The request opcodes moxi decodes. Anything else (range ops, ...) is answered
 // "Unknown command" and its body skipped.
 const (
 	binOpGet       = 0x00
@@ -49,9 +49,16 @@ const (
 	binOpTouch     = 0x1c
 	binOpGat       = 0x1d
 	binOpGatQ      = 0x1e
+	binOpSaslList  = 0x20
+	binOpSaslAuth  = 0x21
+	binOpSaslStep  = 0x22
 	binOpGatK      = 0x23
 	binOpGatKQ     = 0x24
 )
+
+// ErrSASLOff is the answer to a SASL command where clients need not authenticate, as
+// memcached without -S answers it.
+var ErrSASLOff = &RequestError{Status: StatusUnknownCommand, Msg: binMsgUnknownCommand}
 
 // binShape is the set of extras/key/body lengths a command accepts; memcached answers any
 // other combination with "Invalid arguments" and closes the connection.
@@ -67,6 +74,7 @@ const (
 	binShapeIncr                      // delta+initial+exptime extras, key
 	binShapeTouch                     // exptime extras, key: touch, gat family
 	binShapeVerbosity                 // level extras only
+	binShapeSASL                      // a mechanism as key, a message as value: sasl auth, sasl step
 )
 
 // binCommand describes one request opcode.
@@ -112,6 +120,9 @@ var binCommands = [256]binCommand{
 	binOpStat:      {op: OpStats, shape: binShapeStat},
 	binOpVerbosity: {op: OpVerbosity, shape: binShapeVerbosity},
 	binOpTouch:     {op: OpTouch, shape: binShapeTouch},
+	binOpSaslList:  {op: OpSaslListMechs, shape: binShapeEmpty},
+	binOpSaslAuth:  {op: OpSaslAuth, shape: binShapeSASL},
+	binOpSaslStep:  {op: OpSaslStep, shape: binShapeSASL},
 }
 
 // valid reports whether the lengths fit the command's shape. Where memcached checks less
@@ -138,6 +149,8 @@ func (s binShape) valid(extLen, keyLen, bodyLen int) bool {
 		return extLen == 4 && keyLen > 0 && bodyLen == extLen+keyLen
 	case binShapeVerbosity:
 		return extLen == 4 && keyLen == 0 && bodyLen == extLen
+	case binShapeSASL:
+		return extLen == 0 && keyLen > 0
 	}
 	return false
 }
@@ -310,6 +323,9 @@ func (d *BinaryReader) Read(req *Request) error {
 		}
 	case binShapeVerbosity:
 		req.Level = binary.BigEndian.Uint32(ext[0:4])
+	case binShapeSASL:
+		req.Key = key
+		req.Value = value
 	}
 	return nil
 }

@@ -64,6 +64,12 @@ func BinaryOpcode(req *Request) (opcode uint8, ok bool) {
 		return binOpVerbosity, true
 	case OpNoop:
 		return binOpNoop, true
+	case OpSaslListMechs:
+		return binOpSaslList, true
+	case OpSaslAuth:
+		return binOpSaslAuth, true
+	case OpSaslStep:
+		return binOpSaslStep, true
 	}
 	return 0, false
 }
@@ -148,7 +154,11 @@ func AppendBinaryRequest(dst []byte, req *Request) []byte {
 	case OpStats:
 		hdr(len(req.Args), 0, 0, 0)
 		dst = append(dst, req.Args...)
-	default: // noop, version, quit
+	case OpSaslAuth, OpSaslStep:
+		hdr(len(req.Key), 0, len(req.Value), 0)
+		dst = append(dst, req.Key...)
+		dst = append(dst, req.Value...)
+	default: // noop, version, quit, sasl list mechs
 		hdr(0, 0, 0, 0)
 	}
 	return dst

@@ -165,7 +165,7 @@ func TestBinaryMalformed(t *testing.T) {
 		{name: "quit", in: pkt(0x07, nil, nil, nil, -1), want: []binAnswer{{0x07, 0, 5, ""}}, state: binClosed},
 		{name: "quitq", in: pkt(0x17, nil, nil, nil, -1), want: nil, state: binClosed},
 
-		// memcached swallows the body counted from after the key, eating the noop's header.
+		// (memcached swallows the body counted from after the key, eating the noop's header.)
 		{name: "sasl auth", in: pkt(0x21, nil, []byte("PLAIN"), []byte("secret"), -1),
 			want: []binAnswer{{0x21, 0x81, 5, "Unknown command"}, noopAnswer}, state: binUsable},
 		{name: "unknown opcode with key", in: pkt(0x40, nil, []byte("key"), []byte("value"), -1),

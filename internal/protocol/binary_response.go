@@ -103,22 +103,22 @@ func binSuppressed(req *Request, s Status) bool {
 	}
 }
 
-// binRequestKey is the key a single-key request names.
+// binRequestKey is the key a single-key request names, as its client named it.
 func binRequestKey(req *Request) []byte {
 	if req.Op.IsRetrieval() {
 		if len(req.Keys) > 0 {
-			return req.Keys[0]
+			return req.ClientKey(req.Keys[0])
 		}
 		return nil
 	}
-	return req.Key
+	return req.ClientKey(req.Key)
 }
 
 // AppendBinaryResponse appends the answer packet(s) for req, as memcached 1.6 writes them:
 // req's opcode and opaque echoed; on get/gat hits resp.Flags as extras, the key for
 // getk/getkq/gatk/gatkq, the value and resp.Cas; on touch the flags only; on storage,
 // delete, incr and decr success resp.Cas, with incr/decr's resp.Number as an 8-byte body;
-// resp.Value as version string; one packet per resp.Stats entry then an empty terminator
+// resp.Value as version string or SASL answer; one packet per resp.Stats entry then an empty terminator
 // for stat. A status other than StatusOK is answered with resp.Msg (or memcached's text for
 // the status) as body, except a getk/gatk miss, which carries the key instead. Nothing is
 // appended when req.Quiet suppresses the answer.
@@ -150,7 +150,7 @@ func AppendBinaryResponse(dst []byte, req *Request, resp *Response) []byte {
 	case OpIncr, OpDecr:
 		dst = binAppendHeader(dst, binMagicResponse, req.Opcode, 0, 0, BinStatusOK, 8, req.Opaque, resp.Cas)
 		return binary.BigEndian.AppendUint64(dst, resp.Number)
-	case OpVersion:
+	case OpVersion, OpSaslListMechs, OpSaslAuth, OpSaslStep:
 		dst = binAppendHeader(dst, binMagicResponse, req.Opcode, 0, 0, BinStatusOK, len(resp.Value), req.Opaque, 0)
 		return append(dst, resp.Value...)
 	case OpStats:

@@ -321,6 +321,10 @@ func binServe(in []byte, lim Limits) (out []byte, closed bool) {
 		case err != nil:
 			return out, true
 		}
+		if req.Op.IsSASL() { // as the frontend answers them without auth
+			out = AppendBinaryError(out, &req, ErrSASLOff)
+			continue
+		}
 		out = AppendBinaryResponse(out, &req, &Response{Status: StatusOK})
 		if req.Op == OpQuit {
 			return out, true

@@ -1,6 +1,10 @@
 package protocol
 
-import "strconv"
+import (
+	"bytes"
+	"encoding/base64"
+	"strconv"
+)
 
 // appendMetaResponse appends the answer to a meta request as memcached writes it: the code
 // (VA with the value's length), the return flags, and for VA the value; nothing when the q
@@ -25,13 +29,53 @@ func appendMetaResponse(dst []byte, req *Request, resps []Response) []byte {
 		dst = append(dst, ' ')
 		dst = strconv.AppendUint(dst, uint64(len(r.Value)), 10)
 	}
-	dst = append(dst, r.Meta.Flags...)
+	if req.Namespace > 0 {
+		dst = appendClientFlags(dst, req, code, r.Meta.Flags)
+	} else {
+		dst = append(dst, r.Meta.Flags...)
+	}
 	dst = append(dst, textCRLF...)
 	if code == MetaVA {
 		dst = append(dst, r.Value...)
 		dst = append(dst, textCRLF...)
 	}
 	return dst
+}
+
+// appendClientFlags appends flags, a server's return flags to req, with the key they carry
+// (k's, or the first token of an ME answer) as req's client named it: without req's
+// namespace, and in base64 again when req has b.
+func appendClientFlags(dst []byte, req *Request, code MetaCode, flags []byte) []byte {
+	for i, tok := range bytes.Split(flags, []byte{' '}) {
+		if i > 0 {
+			dst = append(dst, ' ')
+		}
+		switch {
+		case code == MetaME && i == 1:
+			dst = appendClientKeyToken(dst, req, tok)
+		case code != MetaME && len(tok) > 0 && tok[0] == 'k':
+			dst = append(dst, 'k')
+			dst = appendClientKeyToken(dst, req, tok[1:])
+		default:
+			dst = append(dst, tok...)
+		}
+	}
+	return dst
+}
+
+// appendClientKeyToken appends tok, a key as the server returned it (base64 when req has
+// b, mostly: see below), without req's namespace.
+func appendClientKeyToken(dst []byte, req *Request, tok []byte) []byte {
+	if !req.Meta.Base64 {
+		return append(dst, req.ClientKey(tok)...)
+	}
+	key, err := base64.StdEncoding.AppendDecode(nil, tok)
+	if err != nil {
+		// memcached 1.6.18 returns a hit's key decoded, without b; a namespaced key
+		// (with its colon) is never valid base64.
+		return append(dst, req.ClientKey(tok)...)
+	}
+	return base64.StdEncoding.AppendEncode(dst, req.ClientKey(key))
 }
 
 // metaCodeOf is the code of r's answer line, or MetaNone for an error line. A Response

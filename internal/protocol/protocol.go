@@ -38,6 +38,9 @@ const (
 	OpMetaArithmetic // ma
 	OpMetaDebug      // me: an item's metadata
 	OpCacheMemlimit  // cache_memlimit <megabytes>: every server's memory limit
+	OpSaslListMechs  // binary SASL list mechs: the mechanisms a client may authenticate with
+	OpSaslAuth       // binary SASL auth: Key is the mechanism, Value its first message
+	OpSaslStep       // binary SASL step: the next message of a multi-step mechanism
 	numOps
 )
 
@@ -72,6 +75,10 @@ var opNames = [numOps]string{
 	OpMetaDebug:      "me",
 
 	OpCacheMemlimit: "cache_memlimit",
+
+	OpSaslListMechs: "sasl_list_mechs",
+	OpSaslAuth:      "sasl_auth",
+	OpSaslStep:      "sasl_step",
 }
 
 // String is the lower-case memcached command name, as used in metric labels.
@@ -107,6 +114,10 @@ func (op Op) ChangesKey() bool {
 // IsWrite are false for them.
 func (op Op) IsMeta() bool { return op >= OpMetaNoop && op <= OpMetaDebug }
 
+// IsSASL reports whether op is one of the binary SASL commands, which the connection
+// answers itself (clients authenticate to moxi, not to its servers).
+func (op Op) IsSASL() bool { return op >= OpSaslListMechs && op <= OpSaslStep }
+
 // Request is one decoded client request. Byte slices point into the decoder's buffers and
 // are valid only until the next decode on the same connection: whatever keeps them longer
 // (a cache, a queue, a store) copies them first.
@@ -141,6 +152,19 @@ type Request struct {
 	// Meta commands: the flags and what they mean. Key is the decoded key (base64-decoded
 	// under the b flag) and, for ms, Value the data block.
 	Meta MetaRequest
+
+	// Namespace is the length of the namespace ("<user>:", auth.namespaces) in front of
+	// every key of the request, which the client did not send: answers carry each key
+	// without it. 0: none.
+	Namespace int
+}
+
+// ClientKey is key as req's client named it: without req's namespace.
+func (r *Request) ClientKey(key []byte) []byte {
+	if r.Namespace > 0 && len(key) >= r.Namespace {
+		return key[r.Namespace:]
+	}
+	return key
 }
 
 // Reset clears r for reuse, keeping the capacity of its Keys and Meta.Flags slices.

@@ -93,7 +93,7 @@ func AppendTextRetrievalPart(dst []byte, req *Request, resps []Response, last bo
 			key = req.Keys[i]
 		}
 		dst = append(dst, "VALUE "...)
-		dst = append(dst, key...)
+		dst = append(dst, req.ClientKey(key)...)
 		dst = append(dst, ' ')
 		dst = strconv.AppendUint(dst, uint64(r.Flags), 10)
 		dst = append(dst, ' ')

@@ -58,6 +58,9 @@ func Load(path string, override func(*config.Config) error) (Loaded, error) {
 		if err := l.Config.LoadAdminToken(path); err != nil {
 			return Loaded{Sum: l.Sum}, err
 		}
+		if err := l.Config.LoadSecrets(path); err != nil {
+			return Loaded{Sum: l.Sum}, err
+		}
 	}
 	if override != nil {
 		if err := override(l.Config); err != nil {
@@ -69,15 +72,19 @@ func Load(path string, override func(*config.Config) error) (Loaded, error) {
 
 // Options configure a Reloader.
 type Options struct {
-	Path     string                             // the config file; "" = the built-in default, nothing to reload
-	Override func(*config.Config) error         // applied after every load (command-line flags); may be nil
-	Builder  *topology.Builder                  // builds the new topology beside the running one
-	Swap     func(t *topology.Topology)         // puts a built topology in service (the proxy's Swap)
-	Initial  *topology.Topology                 // the topology in service when New is called
-	Logger   *slog.Logger                       // nil = slog.Default()
-	Registry prometheus.Registerer              // moxi_config_reloads_total goes here; nil = not exported
-	Grace    func(*config.Config) time.Duration // how long a request may take under a config
-	Interval time.Duration                      // how often Watch looks at the file; default WatchInterval
+	Path     string                     // the config file; "" = the built-in default, nothing to reload
+	Override func(*config.Config) error // applied after every load (command-line flags); may be nil
+	Builder  *topology.Builder          // builds the new topology beside the running one
+	Swap     func(t *topology.Topology) // puts a built topology in service (the proxy's Swap)
+	// Installed, when set, is told of each config put in service after the first, once its
+	// topology is: what the config sets outside the topology (client authentication)
+	// follows it.
+	Installed func(*config.Config)
+	Initial   *topology.Topology                 // the topology in service when New is called
+	Logger    *slog.Logger                       // nil = slog.Default()
+	Registry  prometheus.Registerer              // moxi_config_reloads_total goes here; nil = not exported
+	Grace     func(*config.Config) time.Duration // how long a request may take under a config
+	Interval  time.Duration                      // how often Watch looks at the file; default WatchInterval
 }
 
 // Reloader applies the config file to the running moxi, one reload at a time. Safe for
@@ -212,6 +219,9 @@ func (r *Reloader) install(next Loaded, pending *topology.Pending) {
 	pending.Commit(grace)
 	r.current.Store(next.Config)
 	r.applied = next.Sum
+	if r.opts.Installed != nil {
+		r.opts.Installed(next.Config)
+	}
 }
 
 // Refresh puts the config in service again with what fill makes of it — its discover

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/auth"
 	"github.com/moxi-proxy/moxi/internal/hotcache"
 	"github.com/moxi-proxy/moxi/internal/pool"
 )
@@ -25,6 +26,9 @@ type Topology struct {
 	Hot           *hotcache.Cache // nil: no hot cache
 	FireAndForget [][]byte        // prefixes whose writes are answered at once and sent in the background
 	NoFlushAll    bool            // refuse flush_all and binary flush, as memcached -F does (limits.allow_flush_all: false)
+	// Namespaced: keys are stored as "<user>:<key>" (auth.namespaces), and routes and
+	// prefixes match the client's key, the part after the namespace.
+	Namespaced bool
 
 	// Listeners are the table as the clients of each further listener see it, by address:
 	// the same but for Default, that listener's default pool. nil when there are none.
@@ -80,6 +84,7 @@ func (t *Topology) withDefault(def *pool.Pool) *Topology {
 // InBackground reports whether writes of key are fire-and-forget: answered at once and
 // sent in the background.
 func (t *Topology) InBackground(key []byte) bool {
+	key = t.clientKey(key)
 	for _, p := range t.FireAndForget {
 		if bytes.HasPrefix(key, p) {
 			return true
@@ -90,12 +95,21 @@ func (t *Topology) InBackground(key []byte) bool {
 
 // PoolFor is the pool that key routes to: the first route whose prefix it has, else Default.
 func (t *Topology) PoolFor(key []byte) *pool.Pool {
+	key = t.clientKey(key)
 	for i := range t.Routes {
 		if bytes.HasPrefix(key, t.Routes[i].Prefix) {
 			return t.Routes[i].Pool
 		}
 	}
 	return t.Default
+}
+
+// clientKey is key, as stored, as its client named it.
+func (t *Topology) clientKey(key []byte) []byte {
+	if t.Namespaced {
+		return auth.ClientKey(key)
+	}
+	return key
 }
 
 // Locate is the member that serves key now.

@@ -88,3 +88,14 @@ func FuzzParsePlain(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseText(f *testing.F) {
+	f.Add([]byte("alice secret"))
+	f.Add([]byte(" \t"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		user, password, ok := ParseText(data)
+		if ok && (user == "" || len(password) == 0 || len(user)+len(password) > len(data)) {
+			t.Fatalf("ParseText(%q) = %q, %q", data, user, password)
+		}
+	})
+}

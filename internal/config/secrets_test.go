@@ -75,3 +75,19 @@ func TestLoadSecrets(t *testing.T) {
 		t.Errorf("YAML:\n%s", y)
 	}
 }
+
+func FuzzParseUsers(f *testing.F) {
+	f.Add([]byte("alice:secret\n# x\nbob:pa:ss\r\n"))
+	f.Add([]byte(":\n\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		users, bad := ParseUsers(data)
+		if bad != "" {
+			return
+		}
+		for u, p := range users {
+			if u == "" || p == "" || strings.ContainsAny(u, ": \t\n") {
+				t.Fatalf("ParseUsers(%q) took user %q with password %q", data, u, p)
+			}
+		}
+	})
+}

@@ -33,6 +33,9 @@ fuzz:
 	go test -run='^$$' -fuzz='^FuzzReadMetaAnswer$$' -fuzztime=$(FUZZTIME) ./internal/protocol/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/config/
 	go test -run='^$$' -fuzz='^FuzzConvert$$' -fuzztime=$(FUZZTIME) ./internal/twemproxyconf/
+	go test -run='^$$' -fuzz='^FuzzParseUsers$$' -fuzztime=$(FUZZTIME) ./internal/config/
+	go test -run='^$$' -fuzz='^FuzzParsePlain$$' -fuzztime=$(FUZZTIME) ./internal/auth/
+	go test -run='^$$' -fuzz='^FuzzParseText$$' -fuzztime=$(FUZZTIME) ./internal/auth/
 
 bench:
 	go test -run='^$$' -bench=. -benchmem ./internal/...

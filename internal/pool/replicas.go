@@ -241,6 +241,7 @@ func (r *replica) StartBatch(ctx context.Context, order *turn.Turn, reqs []proto
 	}
 	f, req := r.newFan(req, targets[:n], func() { l.epoch.Add(1); l.mu.Unlock() })
 	f.answer = func(resp protocol.Response, err error) { resps[0], errs[0] = resp, err; done() }
+	f.closed = true // the replicas may answer before the request's turn is given on (open)
 	// The request's one dispatch is once every send is on its way (or on a goroutine of
 	// its own, which the key's lock keeps ahead of the key's next request).
 	each, dispatched := order.Defer()
@@ -258,6 +259,7 @@ func (r *replica) StartBatch(ctx context.Context, order *turn.Turn, reqs []proto
 		}
 	}
 	dispatched()
+	f.open() // only now may the answer end the request, and its turn with it
 	return true
 }
 
@@ -282,6 +284,9 @@ type fan struct {
 	failure                protocol.Response // a replica's failure answered as a status
 	err                    error             // a replica's failure to answer
 	answered               bool
+	// closed holds the answer back until open: the request, answered, ends, and its turn
+	// with it, which the sender still gives on after starting the sends (StartBatch).
+	closed bool
 }
 
 type fanSend struct {
@@ -338,13 +343,7 @@ func (f *fan) collect(s *fanSend) {
 	default:
 		f.failure = s.resp[0]
 	}
-	answer := !f.answered && ((f.acks >= f.need && (f.firstDone || !f.cas)) || f.got == f.n)
-	var resp protocol.Response
-	var err error
-	if answer {
-		f.answered = true
-		resp, err = f.result()
-	}
+	answer, resp, err := f.dueLocked()
 	last := f.got == f.n
 	f.mu.Unlock()
 	if answer {
@@ -355,6 +354,29 @@ func (f *fan) collect(s *fanSend) {
 		if f.weight > 0 {
 			p.opts.Background.Release(f.weight)
 		}
+	}
+}
+
+// dueLocked reports whether the write is to be answered now (f.mu held), and with what: once
+// the quorum took it (the first replica among them when the answer carries a cas), or every
+// replica answered, and only once.
+func (f *fan) dueLocked() (bool, protocol.Response, error) {
+	if f.answered || f.closed || !((f.acks >= f.need && (f.firstDone || !f.cas)) || f.got == f.n) {
+		return false, protocol.Response{}, nil
+	}
+	f.answered = true
+	resp, err := f.result()
+	return true, resp, err
+}
+
+// open lets the answer go: at once, when the replicas that it waits for have answered.
+func (f *fan) open() {
+	f.mu.Lock()
+	f.closed = false
+	answer, resp, err := f.dueLocked()
+	f.mu.Unlock()
+	if answer {
+		f.answer(resp, err)
 	}
 }
 

@@ -135,7 +135,14 @@ func TestReplicaStarts(t *testing.T) {
 		var order turn.Turn
 		turn.NewChain(0).Next(&order)
 		resps, calls := make([]protocol.Response, len(reqs)), 0
-		ok := sb.StartBatch(context.Background(), &order, reqs, resps, make([]error, len(reqs)), func() { calls++ })
+		ok := sb.StartBatch(context.Background(), &order, reqs, resps, make([]error, len(reqs)), func() {
+			calls++
+			// The answer ends the request, and its turn with it (the frontend reuses it):
+			// the turn must have been given on before.
+			if order.Dispatches() != 1 {
+				t.Errorf("answered with %d dispatches of its turn, want 1", order.Dispatches())
+			}
+		})
 		return ok, &order, resps, calls
 	}
 	write := func(k string) protocol.Request {

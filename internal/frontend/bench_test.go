@@ -18,20 +18,7 @@ func BenchmarkRequest(b *testing.B) {
 	c := dial(b, ts.addr)
 	c.send([]byte("set bench 0 0 5\r\nvalue\r\n"))
 	c.expect("STORED\r\n")
-	req := []byte("get bench\r\n")
-	want := "VALUE bench 0 5\r\nvalue\r\nEND\r\n"
-	buf := make([]byte, len(want))
-	_ = c.nc.SetDeadline(time.Time{})
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := c.nc.Write(req); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c.r, buf); err != nil || string(buf) != want {
-			b.Fatalf("%q %v", buf, err)
-		}
-	}
+	roundTrips(b, c, []byte("get bench\r\n"), []byte("VALUE bench 0 5\r\nvalue\r\nEND\r\n"))
 }
 
 // BenchmarkPipeline is 100 gets sent in one write and their answers read, and reports the
@@ -47,20 +34,9 @@ func BenchmarkPipeline(b *testing.B) {
 		req = fmt.Appendf(req, "get p%02d\r\n", i)
 		want = fmt.Appendf(want, "VALUE p%02d 0 5\r\nvalue\r\nEND\r\n", i)
 	}
-	buf := make([]byte, len(want))
-	_ = c.nc.SetDeadline(time.Time{})
 	sc := ts.ln.conn(0)
 	before := sc.writes.Load()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := c.nc.Write(req); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c.r, buf); err != nil || string(buf) != string(want) {
-			b.Fatalf("%q %v", buf, err)
-		}
-	}
+	roundTrips(b, c, req, want)
 	b.ReportMetric(float64(sc.writes.Load()-before)/float64(b.N), "writes/op")
 }
 

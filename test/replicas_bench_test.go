@@ -17,7 +17,7 @@ import (
 // BenchmarkReplicaWrites compares the p99 of sets through moxi to a pool of three servers
 // without replicas ("plain"), and with replicas: 2 and write_quorum all and one, on the
 // same servers (three pools routed by prefix): 8 clients, 1 s per pool, the pools taking
-// turns for 5 rounds; it reports each p99 over all rounds and its ratio to plain's, and the
+// turns for 6 rounds, each first in a round as often as the others; it reports each p99 over all rounds and its ratio to plain's, and the
 // CPU time moxi and the memcached processes took per set. In "closed" each client sends a
 // set as soon as the last is answered, a load that takes all of the host's two cores (a
 // replicated write costs its servers twice the work, and the latency is then the share of
@@ -86,8 +86,9 @@ routes:
 	for b.Loop() {
 		lat := make(map[string][]time.Duration)
 		proxyCPU, serversCPU := map[string]time.Duration{}, map[string]time.Duration{}
-		for range 5 {
-			for _, tg := range targets {
+		for round := range 6 {
+			for k := range targets {
+				tg := targets[(round+k)%len(targets)] // each first in a round as often as the others
 				p0, s0 := cpuTime(b, tg.pid), memcachedCPU()
 				var mu sync.Mutex
 				withClients(b, tg.addr, 8, func(w int, c *textClient) {

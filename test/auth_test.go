@@ -406,6 +406,7 @@ func TestAuthReloadAndPacing(t *testing.T) {
 	// Failures in a row: the fifth on is answered only after a wait (auth.Delay), the
 	// eighth after 1.6 s, during which another client logs in and is served.
 	before := metricValue(t, admin, "moxi_auth_failures_total")
+	errorsBefore := metricValue(t, admin, `moxi_error_answers_total{kind="client_error"}`)
 	guesser, guesserR := dialConn(t, moxi.addr)
 	for range 7 {
 		if got := roundTrip(t, guesser, guesserR, "set auth 0 0 11\r\nalice guess\r\n", "STORED"); got[0] != "CLIENT_ERROR authentication failure" {
@@ -433,6 +434,9 @@ func TestAuthReloadAndPacing(t *testing.T) {
 	<-answered
 	if got := metricValue(t, admin, "moxi_auth_failures_total") - before; got != 8 {
 		t.Errorf("moxi_auth_failures_total rose by %v, want 8", got)
+	}
+	if got := metricValue(t, admin, `moxi_error_answers_total{kind="client_error"}`) - errorsBefore; got != 8 {
+		t.Errorf("moxi_error_answers_total{kind=\"client_error\"} rose by %v, want 8: one per refused login", got)
 	}
 	if strings.Contains(moxi.out.String(), "guess") {
 		t.Error("moxi logged a password")

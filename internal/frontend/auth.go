@@ -132,7 +132,7 @@ func (c *conn) loginWith(a *Auth, user string, password []byte, ok bool, malform
 	c.refuse(errAuthFailure)
 }
 
-// refuse answers the request just read with e.
+// refuse answers the request just read with e, an error answer like the decoder's.
 func (c *conn) refuse(e *protocol.RequestError) {
 	c.startBatch() // what was read before it is answered first
 	c.startRun()
@@ -142,6 +142,9 @@ func (c *conn) refuse(e *protocol.RequestError) {
 		}
 		return protocol.AppendTextError(dst, e)
 	})
+	if c.s.Rejected != nil {
+		c.s.Rejected(e)
+	}
 }
 
 // answerBinary answers the binary request just read with success and body as its value.

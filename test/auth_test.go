@@ -26,15 +26,7 @@ func authConfig(users string, namespaces bool, extra string, servers ...string) 
 // may read it: memcached -Y reads it after it has become nobody.
 func writeUsers(t testing.TB, lines ...string) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "users") // not t.TempDir, which only its owner may enter
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "users")
+	path := filepath.Join(memcachedtest.ReadableDir(t), "users")
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -268,7 +268,7 @@ func saslExchange(conn net.Conn, opcode uint8, key string, value []byte) (status
 	}
 	defer conn.SetDeadline(time.Time{})
 	const opaque = 0x5a51a5a5
-	if _, err := conn.Write(saslRequest(opcode, opaque, key, value)); err != nil {
+	if _, err := conn.Write(binPacket(opcode, opaque, nil, key, value)); err != nil {
 		return 0, nil, fmt.Errorf("SASL request %#x: %w", opcode, err)
 	}
 	// Read from conn itself, not through a buffer: what follows the answer stays in conn
@@ -290,18 +290,6 @@ func saslExchange(conn net.Conn, opcode uint8, key string, value []byte) (status
 		return 0, nil, fmt.Errorf("SASL answer to %#x: extras and key longer than the body: header % x", opcode, hdr)
 	}
 	return binary.BigEndian.Uint16(hdr[6:8]), full[skip:], nil
-}
-
-// saslRequest is a binary-protocol request with a key and a value and no extras. (The
-// suite's other packet builders are not used: auth_test.go and toolarge_test.go each have
-// one, under the same name.)
-func saslRequest(opcode uint8, opaque uint32, key string, value []byte) []byte {
-	h := make([]byte, 24, 24+len(key)+len(value))
-	h[0], h[1] = 0x80, opcode
-	binary.BigEndian.PutUint16(h[2:4], uint16(len(key)))
-	binary.BigEndian.PutUint32(h[8:12], uint32(len(key)+len(value)))
-	binary.BigEndian.PutUint32(h[12:16], opaque)
-	return append(append(h, key...), value...)
 }
 
 // binaryStatus sends one binary request with a key on conn and returns the answer's

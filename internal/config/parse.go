@@ -249,9 +249,15 @@ func (d *decoder) requireCert(t *TLS, v *yaml.Node, path string, seen map[string
 	for _, f := range []struct {
 		key, val, what string
 	}{{"cert", t.Cert, "the certificate chain moxi presents"}, {"key", t.Key, "the certificate's private key"}} {
-		if f.val == "" && !d.bad[seen[f.key]] {
-			d.fail(v, join(path, f.key), "required: the PEM file of %s", f.what)
-		}
+		d.require(v, path, seen, f.key, f.val, "the PEM file of "+f.what)
+	}
+}
+
+// require reports the section at v without a value for key (what says what it is), unless
+// the value given was bad, which is reported already.
+func (d *decoder) require(v *yaml.Node, path string, seen map[string]*yaml.Node, key, value, what string) {
+	if value == "" && !d.bad[seen[key]] {
+		d.fail(v, join(path, key), "required: %s", what)
 	}
 }
 
@@ -439,9 +445,7 @@ func (d *decoder) auth(v *yaml.Node, path string) *Auth {
 	if v.Kind != yaml.MappingNode {
 		return nil
 	}
-	if a.UsersFile == "" && !d.bad[seen["users_file"]] {
-		d.fail(v, join(path, "users_file"), "required: the file of \"user:password\" lines clients authenticate with")
-	}
+	d.require(v, path, seen, "users_file", a.UsersFile, `the file of "user:password" lines clients authenticate with`)
 	return a
 }
 
@@ -455,12 +459,8 @@ func (d *decoder) sasl(v *yaml.Node, path string) *SASL {
 	if v.Kind != yaml.MappingNode {
 		return nil
 	}
-	if s.User == "" && !d.bad[seen["user"]] {
-		d.fail(v, join(path, "user"), "required: the SASL user moxi authenticates to the servers as")
-	}
-	if s.PasswordFile == "" && !d.bad[seen["password_file"]] {
-		d.fail(v, join(path, "password_file"), "required: the file holding the SASL user's password")
-	}
+	d.require(v, path, seen, "user", s.User, "the SASL user moxi authenticates to the servers as")
+	d.require(v, path, seen, "password_file", s.PasswordFile, "the file holding the SASL user's password")
 	return s
 }
 

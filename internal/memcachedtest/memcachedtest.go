@@ -231,6 +231,22 @@ func BinaryHeader(req *protocol.Request, magic byte, status uint16, extLen uint8
 	return h
 }
 
+// ReadableDir is a temporary directory, removed when the test ends, that every user may
+// read: memcached reads the files a test gives it (-Y's, -S's) after it has become nobody.
+// (t.TempDir's is inside one only its owner may enter.)
+func ReadableDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "memcachedtest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // StartSASL runs memcached -S (binary protocol only, every request after SASL PLAIN
 // authentication) on a free loopback port, checking passwords against users (name →
 // password) in a Cyrus sasldb written for the test: a SASL_CONF_PATH directory holding
@@ -248,15 +264,7 @@ func StartSASL(t testing.TB, users map[string]string, extra ...string) *Server {
 // memcached reads the database after it has become nobody.
 func SASLConfDir(t testing.TB, users map[string]string) string {
 	t.Helper()
-	// Not t.TempDir: the directory it makes is inside one only its owner may enter.
-	dir, err := os.MkdirTemp("", "sasl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := ReadableDir(t)
 	db := filepath.Join(dir, "sasldb")
 	host, err := os.Hostname()
 	if err != nil {

@@ -18,7 +18,8 @@ import (
 	"github.com/moxi-proxy/moxi/internal/keyhash"
 )
 
-// Group is a set of fetches in progress, by key. The zero value is ready to use; a Group
+// Group is a set of fetches in progress, by space (a pool's name) and key: the same key
+// name in two pools is two items, and a fetch of one never answers the other. The zero value is ready to use; a Group
 // is safe for concurrent use.
 type Group[V any] struct {
 	mu      sync.Mutex
@@ -33,22 +34,24 @@ type Flight[V any] struct {
 	Err error
 
 	// Guarded by the Group's mu.
-	key  []byte        // a copy of the key
-	hash uint64        // of key
-	next *Flight[V]    // the next flight whose key has the same hash
-	done chan struct{} // made by the first follower; closed by Finish
+	space string        // the key's pool
+	key   []byte        // a copy of the key
+	hash  uint64        // of space and key
+	next  *Flight[V]    // the next flight whose key has the same hash
+	done  chan struct{} // made by the first follower; closed by Finish
 }
 
-// Start joins the fetch of key in progress, or starts one and makes the caller its leader.
-// A leader must call Finish exactly once, whatever happens, and not use the flight after.
-func (g *Group[V]) Start(key []byte) (f *Flight[V], leader bool) {
+// Start joins the fetch of key of space in progress, or starts one and makes the caller
+// its leader. A leader must call Finish exactly once, whatever happens, and not use the
+// flight after.
+func (g *Group[V]) Start(space string, key []byte) (f *Flight[V], leader bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.flights == nil {
 		g.flights = make(map[uint64]*Flight[V])
 	}
-	h := keyhash.Sum(key)
-	if f := g.find(h, key); f != nil {
+	h := keyhash.In(space, key)
+	if f := g.find(h, space, key); f != nil {
 		if f.done == nil {
 			f.done = make(chan struct{})
 		}
@@ -58,16 +61,16 @@ func (g *Group[V]) Start(key []byte) (f *Flight[V], leader bool) {
 	if f == nil {
 		f = new(Flight[V])
 	}
-	f.key, f.hash = append(f.key[:0], key...), h
+	f.space, f.key, f.hash = space, append(f.key[:0], key...), h
 	f.next = g.flights[h]
 	g.flights[h] = f
 	return f, true
 }
 
-// find is the flight of key, or nil; the caller holds mu.
-func (g *Group[V]) find(h uint64, key []byte) *Flight[V] {
+// find is the flight of key of space, or nil; the caller holds mu.
+func (g *Group[V]) find(h uint64, space string, key []byte) *Flight[V] {
 	for f := g.flights[h]; f != nil; f = f.next {
-		if bytes.Equal(f.key, key) {
+		if f.space == space && bytes.Equal(f.key, key) {
 			return f
 		}
 	}
@@ -94,7 +97,7 @@ func (g *Group[V]) unlink(f *Flight[V]) {
 }
 
 // Finish publishes the leader's result to the followers and ends the flight.
-func (g *Group[V]) Finish(key []byte, f *Flight[V]) {
+func (g *Group[V]) Finish(f *Flight[V]) {
 	g.mu.Lock()
 	g.unlink(f)
 	done := f.done
@@ -109,13 +112,13 @@ func (g *Group[V]) Finish(key []byte, f *Flight[V]) {
 	g.free.Put(f)
 }
 
-// Forget makes the fetch of key in progress unjoinable: callers that Start after Forget
+// Forget makes the fetch of key of space in progress unjoinable: callers that Start after Forget
 // returns fetch anew. A write calls it once the server has acknowledged, before answering
 // its client, so that no read that starts after the write can get a value read before it.
-func (g *Group[V]) Forget(key []byte) {
+func (g *Group[V]) Forget(space string, key []byte) {
 	g.mu.Lock()
 	if len(g.flights) > 0 { // writes without reads in flight skip hashing the key
-		if f := g.find(keyhash.Sum(key), key); f != nil {
+		if f := g.find(keyhash.In(space, key), space, key); f != nil {
 			g.unlink(f)
 		}
 	}

@@ -19,13 +19,13 @@ func TestConcurrentCallersShareOneFetch(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f, leader := g.Start([]byte("k"))
+			f, leader := g.Start("main", []byte("k"))
 			started <- struct{}{}
 			if leader {
 				fetches.Add(1)
 				<-release
 				f.Val = "v"
-				g.Finish([]byte("k"), f)
+				g.Finish(f)
 			} else if err := f.Wait(context.Background()); err != nil {
 				t.Error(err)
 			}
@@ -49,23 +49,23 @@ func TestConcurrentCallersShareOneFetch(t *testing.T) {
 
 func TestForgetStartsAnewAndFinishLeavesNewFlight(t *testing.T) {
 	var g Group[int]
-	old, leader := g.Start([]byte("k"))
+	old, leader := g.Start("main", []byte("k"))
 	if !leader {
 		t.Fatal("first Start is not the leader")
 	}
-	g.Forget([]byte("k")) // a write was acknowledged
-	fresh, leader := g.Start([]byte("k"))
+	g.Forget("main", []byte("k")) // a write was acknowledged
+	fresh, leader := g.Start("main", []byte("k"))
 	if !leader || fresh == old {
 		t.Fatal("a read after Forget joined the flight that started before the write")
 	}
 	old.Val = 1
-	g.Finish([]byte("k"), old) // must not end the fresh flight
-	joined, leader := g.Start([]byte("k"))
+	g.Finish(old) // must not end the fresh flight
+	joined, leader := g.Start("main", []byte("k"))
 	if leader || joined != fresh {
 		t.Fatal("finishing the old flight removed the fresh one")
 	}
 	fresh.Val = 2
-	g.Finish([]byte("k"), fresh)
+	g.Finish(fresh)
 	if joined.Val != 2 {
 		t.Fatalf("follower of the fresh flight got %d", joined.Val)
 	}
@@ -73,24 +73,42 @@ func TestForgetStartsAnewAndFinishLeavesNewFlight(t *testing.T) {
 
 func TestDifferentKeysNeverShare(t *testing.T) {
 	var g Group[int]
-	a, la := g.Start([]byte("a"))
-	b, lb := g.Start([]byte("b"))
+	a, la := g.Start("main", []byte("a"))
+	b, lb := g.Start("main", []byte("b"))
 	if !la || !lb || a == b {
 		t.Fatal("two keys share a flight")
 	}
-	g.Finish([]byte("a"), a)
-	g.Finish([]byte("b"), b)
+	g.Finish(a)
+	g.Finish(b)
+}
+
+// TestSameKeyInTwoPoolsNeverShares: a key name is two items in two pools (two listeners
+// with different default pools read "k" at once): neither fetch answers the other, and a
+// write of one forgets only its own.
+func TestSameKeyInTwoPoolsNeverShares(t *testing.T) {
+	var g Group[int]
+	a, la := g.Start("main", []byte("k"))
+	b, lb := g.Start("spare", []byte("k"))
+	if !la || !lb || a == b {
+		t.Fatal("the same key in two pools shares a flight")
+	}
+	g.Forget("spare", []byte("k"))
+	if f, leader := g.Start("main", []byte("k")); leader || f != a {
+		t.Fatal("a write of spare's k forgot main's fetch of k")
+	}
+	g.Finish(a)
+	g.Finish(b)
 }
 
 func TestWaitHonoursContext(t *testing.T) {
 	var g Group[int]
-	f, _ := g.Start([]byte("k"))
+	f, _ := g.Start("main", []byte("k"))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := f.Wait(ctx); err == nil {
 		t.Fatal("Wait ignored a canceled context")
 	}
-	g.Finish([]byte("k"), f)
+	g.Finish(f)
 }
 
 func BenchmarkStartFinishUncontended(b *testing.B) {
@@ -98,19 +116,19 @@ func BenchmarkStartFinishUncontended(b *testing.B) {
 	key := []byte("user:1234:profile")
 	b.ReportAllocs()
 	for b.Loop() {
-		f, _ := g.Start(key)
-		g.Finish(key, f)
+		f, _ := g.Start("main", key)
+		g.Finish(f)
 	}
 }
 
 func TestUnfollowedFetchAllocatesNothing(t *testing.T) {
 	var g Group[int]
 	key := []byte("user:1234:profile")
-	f, _ := g.Start(key)
-	g.Finish(key, f)
+	f, _ := g.Start("main", key)
+	g.Finish(f)
 	if n := testing.AllocsPerRun(1000, func() {
-		f, _ := g.Start(key)
-		g.Finish(key, f)
+		f, _ := g.Start("main", key)
+		g.Finish(f)
 	}); n != 0 {
 		t.Errorf("%v allocations per unfollowed fetch, want 0", n)
 	}
@@ -122,7 +140,7 @@ func TestCollidingFlightsStayApart(t *testing.T) {
 	keys := [][]byte{[]byte("a"), []byte("b"), []byte("c"), []byte("d")}
 	flights := make([]*Flight[int], len(keys))
 	for i, k := range keys {
-		flights[i], _ = g.Start(k)
+		flights[i], _ = g.Start("main", k)
 	}
 	g.mu.Lock()
 	for i := range flights { // force one chain: every flight under the first one's hash
@@ -135,10 +153,10 @@ func TestCollidingFlightsStayApart(t *testing.T) {
 	}
 	g.mu.Unlock()
 	for _, i := range []int{1, 0, 3} {
-		g.Finish(keys[i], flights[i])
+		g.Finish(flights[i])
 		g.mu.Lock()
 		for j, k := range keys {
-			got := g.find(flights[0].hash, k)
+			got := g.find(flights[0].hash, "main", k)
 			if gone := j == 1 || j == 0 && i != 1 || j == 3 && i == 3; gone != (got == nil) {
 				t.Fatalf("after finishing %q: flight of %q present=%v", keys[i], k, got != nil)
 			}
@@ -146,12 +164,12 @@ func TestCollidingFlightsStayApart(t *testing.T) {
 		g.mu.Unlock()
 	}
 	g.mu.Lock()
-	left := g.find(flights[0].hash, keys[2])
+	left := g.find(flights[0].hash, "main", keys[2])
 	g.mu.Unlock()
 	if left != flights[2] {
 		t.Fatal("the remaining flight is lost")
 	}
-	g.Finish(keys[2], flights[2])
+	g.Finish(flights[2])
 	if len(g.flights) != 0 {
 		t.Fatalf("%d chains left after every flight finished", len(g.flights))
 	}

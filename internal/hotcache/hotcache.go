@@ -5,11 +5,11 @@ package hotcache
 import (
 	"bytes"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/moxi-proxy/moxi/internal/auth"
+	"github.com/moxi-proxy/moxi/internal/keyhash"
 )
 
 // Entry is a cached value. Value is owned by the cache and never modified: readers may
@@ -24,32 +24,47 @@ type Entry struct {
 // it is older than the TTL, bounded in entries and in bytes of keys and values. Safe for
 // concurrent use.
 //
+// An entry is named by its pool and its key (as stored: a namespace is part of it): the
+// same key name in two pools is two entries, so a listener whose default pool is another
+// one never reads this pool's value.
+//
 // A write must never be followed by a read of the value it replaced. The interleaving to
 // guard against: a read fetches v1 from memcached; a write of v2 is acknowledged and drops
 // the key; then the read, late, stores v1, which would be served for a whole TTL. So
 // every drop bumps the key's epoch, a read takes the epoch before it fetches, and Add
 // stores nothing if the epoch moved meanwhile.
+//
+// Expired entries are dropped when read or when the LRU needs room: the cache starts no
+// goroutine, so nothing outlives it (one is built per topology).
 type Cache struct {
 	// Namespaced, set before the cache is used, makes the prefixes match a key's part
 	// after its namespace: keys are stored as "<user>:<key>" (auth.namespaces).
 	Namespaced bool
 
 	prefixes [][]byte
-	lru      *expirable.LRU[string, Entry]
 	maxBytes int64
-	// held is the bytes of the entries in lru. The LRU's eviction callback lowers it, from
-	// whichever call evicts (its expiry goroutine included); only Add raises it, under mu.
-	held atomic.Int64
+	ttl      time.Duration
 
-	mu     sync.Mutex  // orders Add against Drop
-	epochs [256]uint64 // by key hash; guarded by mu
+	mu     sync.Mutex                         // guards the fields below
+	lru    *simplelru.LRU[string, timedEntry] // by name (pool, NUL, key)
+	held   int64                              // bytes of the entries in lru
+	epochs [256]uint64                        // by stripe of the name
+}
+
+// timedEntry is an entry, when it was added and what it counts against maxBytes: its key
+// and value (the pool's name, shared by many, is not counted).
+type timedEntry struct {
+	Entry
+	added time.Time
+	size  int64
 }
 
 // New returns a cache for keys starting with one of prefixes, holding at most maxItems
 // entries and maxBytes (> 0) of keys and values, each entry for at most ttl.
 func New(prefixes []string, maxItems, maxBytes int, ttl time.Duration) *Cache {
-	c := &Cache{maxBytes: int64(maxBytes)}
-	c.lru = expirable.NewLRU(maxItems, func(k string, e Entry) { c.held.Add(-size(k, e)) }, ttl)
+	c := &Cache{maxBytes: int64(maxBytes), ttl: ttl}
+	// The eviction callback runs under mu: every call that evicts holds it.
+	c.lru, _ = simplelru.NewLRU(max(maxItems, 1), func(_ string, e timedEntry) { c.held -= e.size })
 	for _, p := range prefixes {
 		c.prefixes = append(c.prefixes, []byte(p))
 	}
@@ -72,38 +87,50 @@ func (c *Cache) Hot(key []byte) bool {
 	return false
 }
 
-// Get returns the entry for key, if one younger than the TTL is cached.
-func (c *Cache) Get(key []byte) (Entry, bool) {
-	return c.lru.Get(string(key))
-}
-
-// Epoch is the key's epoch, to be taken before fetching a value to Add.
-func (c *Cache) Epoch(key []byte) uint64 {
+// Get returns the entry for key of pool, if one younger than the TTL is cached.
+func (c *Cache) Get(pool string, key []byte) (Entry, bool) {
+	name := nameOf(pool, key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.epochs[stripe(key)]
+	e, ok := c.lru.Get(name)
+	if !ok {
+		return Entry{}, false
+	}
+	if time.Since(e.added) >= c.ttl {
+		c.lru.Remove(name)
+		return Entry{}, false
+	}
+	return e.Entry, true
 }
 
-// Add caches a value fetched for key after Epoch returned epoch, unless the key was
+// Epoch is the epoch of key of pool, to be taken before fetching a value to Add.
+func (c *Cache) Epoch(pool string, key []byte) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epochs[stripe(pool, key)]
+}
+
+// Add caches a value of key of pool fetched after Epoch returned epoch, unless the key was
 // dropped since or the entry alone is larger than maxBytes; the least recently used
 // entries go to make room. The value is copied.
-func (c *Cache) Add(key []byte, e Entry, epoch uint64) {
-	if int64(len(key)+len(e.Value)) > c.maxBytes {
+func (c *Cache) Add(pool string, key []byte, e Entry, epoch uint64) {
+	size := int64(len(key) + len(e.Value))
+	if size > c.maxBytes {
 		return
 	}
 	e.Value = bytes.Clone(e.Value)
-	k := string(key)
+	name := nameOf(pool, key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.epochs[stripe(key)] != epoch {
+	if c.epochs[stripe(pool, key)] != epoch {
 		return
 	}
 	// Replacing an entry does not call the eviction callback: remove it first, so that
 	// held counts each key once.
-	c.lru.Remove(k)
-	c.lru.Add(k, e)
-	c.held.Add(size(k, e))
-	for c.held.Load() > c.maxBytes {
+	c.lru.Remove(name)
+	c.lru.Add(name, timedEntry{e, time.Now(), size})
+	c.held += size
+	for c.held > c.maxBytes {
 		// Never e itself: it is the newest, and alone it fits.
 		if _, _, ok := c.lru.RemoveOldest(); !ok {
 			break
@@ -111,31 +138,38 @@ func (c *Cache) Add(key []byte, e Entry, epoch uint64) {
 	}
 }
 
-// Drop forgets key, and refuses values fetched for it before now.
-func (c *Cache) Drop(key []byte) {
+// Drop forgets key of pool, and refuses values fetched for it before now.
+func (c *Cache) Drop(pool string, key []byte) {
+	name := nameOf(pool, key)
 	c.mu.Lock()
-	c.epochs[stripe(key)]++
-	c.lru.Remove(string(key))
+	c.epochs[stripe(pool, key)]++
+	c.lru.Remove(name)
 	c.mu.Unlock()
 }
 
-// Len is the number of entries cached.
-func (c *Cache) Len() int { return c.lru.Len() }
-
-// Bytes is the bytes of keys and values cached.
-func (c *Cache) Bytes() int64 { return c.held.Load() }
-
-// size is what an entry counts against maxBytes.
-func size(key string, e Entry) int64 { return int64(len(key) + len(e.Value)) }
-
-// stripe spreads keys over the epochs (FNV-1a, low byte).
-func stripe(key []byte) uint8 {
-	h := uint32(2166136261)
-	for _, b := range key {
-		h = (h ^ uint32(b)) * 16777619
-	}
-	return uint8(h ^ h>>8 ^ h>>16 ^ h>>24)
+// Len is the number of entries cached, expired ones not yet dropped included.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
 }
+
+// Bytes is the bytes of keys and values cached, expired ones not yet dropped included.
+func (c *Cache) Bytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.held
+}
+
+// nameOf is an entry's name in the LRU: pool and key, apart.
+func nameOf(pool string, key []byte) string {
+	b := make([]byte, 0, len(pool)+1+len(key))
+	b = append(append(append(b, pool...), 0), key...)
+	return string(b)
+}
+
+// stripe spreads the names over the epochs.
+func stripe(pool string, key []byte) uint8 { return uint8(keyhash.In(pool, key)) }
 
 // Purge drops every entry, and refuses values fetched before now (after flush_all).
 func (c *Cache) Purge() {

@@ -3,7 +3,10 @@ package hotcache
 import (
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 func TestHotPrefixes(t *testing.T) {
@@ -22,14 +25,14 @@ func TestHotPrefixes(t *testing.T) {
 func TestAddGetDrop(t *testing.T) {
 	c := New([]string{"hot:"}, 10, 1<<20, time.Minute)
 	val := []byte("v1")
-	c.Add([]byte("hot:a"), Entry{Value: val, Flags: 3, Cas: 9}, c.Epoch([]byte("hot:a")))
+	c.Add("main", []byte("hot:a"), Entry{Value: val, Flags: 3, Cas: 9}, c.Epoch("main", []byte("hot:a")))
 	val[0] = 'X' // the cache copied it
-	e, ok := c.Get([]byte("hot:a"))
+	e, ok := c.Get("main", []byte("hot:a"))
 	if !ok || string(e.Value) != "v1" || e.Flags != 3 || e.Cas != 9 {
 		t.Fatalf("Get = %+v %v", e, ok)
 	}
-	c.Drop([]byte("hot:a"))
-	if _, ok := c.Get([]byte("hot:a")); ok {
+	c.Drop("main", []byte("hot:a"))
+	if _, ok := c.Get("main", []byte("hot:a")); ok {
 		t.Fatal("entry served after Drop")
 	}
 }
@@ -38,35 +41,66 @@ func TestAddGetDrop(t *testing.T) {
 // epoch and fetches; a write drops the key; the read's late Add must store nothing.
 func TestLateAddAfterDropRefused(t *testing.T) {
 	c := New([]string{"hot:"}, 10, 1<<20, time.Minute)
-	epoch := c.Epoch([]byte("hot:a"))
-	c.Drop([]byte("hot:a"))
-	c.Add([]byte("hot:a"), Entry{Value: []byte("stale")}, epoch)
-	if e, ok := c.Get([]byte("hot:a")); ok {
+	epoch := c.Epoch("main", []byte("hot:a"))
+	c.Drop("main", []byte("hot:a"))
+	c.Add("main", []byte("hot:a"), Entry{Value: []byte("stale")}, epoch)
+	if e, ok := c.Get("main", []byte("hot:a")); ok {
 		t.Fatalf("a value fetched before the write is served after it: %q", e.Value)
 	}
 }
 
 func TestTTLAndBound(t *testing.T) {
-	c := New([]string{"hot:"}, 2, 1<<20, 50*time.Millisecond)
-	for _, k := range []string{"hot:1", "hot:2", "hot:3"} {
-		c.Add([]byte(k), Entry{Value: []byte(k)}, c.Epoch([]byte(k)))
-	}
-	if n := c.Len(); n != 2 {
-		t.Fatalf("%d entries with max_items 2", n)
-	}
-	if _, ok := c.Get([]byte("hot:1")); ok {
-		t.Error("the least recently used entry was not evicted")
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		if _, ok := c.Get([]byte("hot:3")); !ok {
-			break
+	synctest.Test(t, func(t *testing.T) {
+		c := New([]string{"hot:"}, 2, 1<<20, 50*time.Millisecond)
+		for _, k := range []string{"hot:1", "hot:2", "hot:3"} {
+			c.Add("main", []byte(k), Entry{Value: []byte(k)}, c.Epoch("main", []byte(k)))
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("entry still served 2s after a 50ms TTL")
+		if n := c.Len(); n != 2 {
+			t.Fatalf("%d entries with max_items 2", n)
 		}
-		time.Sleep(5 * time.Millisecond)
+		if _, ok := c.Get("main", []byte("hot:1")); ok {
+			t.Error("the least recently used entry was not evicted")
+		}
+		time.Sleep(49 * time.Millisecond)
+		if _, ok := c.Get("main", []byte("hot:3")); !ok {
+			t.Fatal("entry dropped before its TTL")
+		}
+		time.Sleep(time.Millisecond)
+		if _, ok := c.Get("main", []byte("hot:3")); ok {
+			t.Fatal("entry served at its TTL")
+		}
+		if c.Len() != 1 || c.Bytes() != 10 {
+			t.Fatalf("the expired entry read is still held: %d entries, %d bytes", c.Len(), c.Bytes())
+		}
+	})
+}
+
+// TestPoolsApart: the same key name in two pools is two entries (two listeners with other
+// default pools read and write "hot:a"): neither is served for the other, and dropping one
+// keeps the other.
+func TestPoolsApart(t *testing.T) {
+	c := New([]string{"hot:"}, 10, 1<<20, time.Minute)
+	k := []byte("hot:a")
+	c.Add("main", k, Entry{Value: []byte("main's")}, c.Epoch("main", k))
+	if _, ok := c.Get("spare", k); ok {
+		t.Fatal("spare's hot:a answered with main's entry")
 	}
+	c.Add("spare", k, Entry{Value: []byte("spare's")}, c.Epoch("spare", k))
+	c.Drop("main", k)
+	if e, ok := c.Get("spare", k); !ok || string(e.Value) != "spare's" {
+		t.Fatalf("spare's entry after main's drop: %q %v", e.Value, ok)
+	}
+	if _, ok := c.Get("main", k); ok {
+		t.Fatal("main's entry served after its drop")
+	}
+}
+
+// TestStartsNoGoroutine: a cache is built per topology, so anything it started would
+// outlive a reload.
+func TestStartsNoGoroutine(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c := New([]string{"hot:"}, 10, 1<<20, time.Millisecond)
+	c.Add("main", []byte("hot:a"), Entry{Value: []byte("v")}, 0)
 }
 
 // TestByteBound: past max_bytes the least recently used entries go, whatever max_items
@@ -100,15 +134,15 @@ func TestByteBound(t *testing.T) {
 				if b, ok := tt.big[k]; ok {
 					n = b
 				}
-				c.Add([]byte(k), Entry{Value: make([]byte, n)}, c.Epoch([]byte(k)))
+				c.Add("main", []byte(k), Entry{Value: make([]byte, n)}, c.Epoch("main", []byte(k)))
 				if i == 3 {
 					for _, g := range tt.gets {
-						c.Get([]byte(g))
+						c.Get("main", []byte(g))
 					}
 				}
 			}
 			for _, k := range []string{"hot:1", "hot:2", "hot:3", "hot:4", "hot:5"} {
-				_, ok := c.Get([]byte(k))
+				_, ok := c.Get("main", []byte(k))
 				if want := slices.Contains(tt.want, k); ok != want {
 					t.Errorf("%s cached: %v, want %v", k, ok, want)
 				}
@@ -127,10 +161,10 @@ func TestByteBound(t *testing.T) {
 func BenchmarkGetHit(b *testing.B) {
 	c := New([]string{"hot:"}, 100, 1<<20, time.Minute)
 	key := []byte("hot:config")
-	c.Add(key, Entry{Value: make([]byte, 100)}, c.Epoch(key))
+	c.Add("main", key, Entry{Value: make([]byte, 100)}, c.Epoch("main", key))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := c.Get(key); !ok {
+		if _, ok := c.Get("main", key); !ok {
 			b.Fatal("miss")
 		}
 	}

@@ -44,3 +44,9 @@ func fnv1a[B string | []byte](h uint64, b B) uint64 {
 	}
 	return h
 }
+
+// In is the hash of key within space (a pool's name): Sum, for state that the same key
+// name in two spaces must not share.
+func In(space string, key []byte) uint64 {
+	return maphash.String(seed, space)*0x9e3779b97f4a7c15 ^ maphash.Bytes(seed, key)
+}

@@ -41,21 +41,22 @@ func (p *Proxy) retrieve(ctx context.Context, order *turn.Turn, t *topology.Topo
 // retrieveOne is retrieveShared for the common single-key get, without its bookkeeping.
 func (p *Proxy) retrieveOne(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, out []protocol.Response) {
 	k := req.Keys[0]
-	hit, hot, epoch := p.hotLookup(t, k, &out[0])
+	space := t.PoolFor(k).Name()
+	hit, hot, epoch := p.hotLookup(t, space, k, &out[0])
 	if hit {
 		return
 	}
 	var f *dedup.Flight[protocol.Response]
 	if t.Dedup && !p.writes.InFlight(k) {
 		var leader bool
-		if f, leader = p.flights.Start(k); !leader {
+		if f, leader = p.flights.Start(space, k); !leader {
 			p.follow(ctx, f, k, &out[0])
 			p.metrics.coalesced.Inc()
 			return
 		}
 	}
 	p.fetch(ctx, order, t, req, out, nil)
-	p.publish(t, k, &out[0], hot, epoch, f)
+	p.publish(t, space, k, &out[0], hot, epoch, f)
 }
 
 // retrieveShared is retrieve with the hot cache and dedup. The request leads the fetch of
@@ -76,13 +77,14 @@ func (p *Proxy) retrieveShared(ctx context.Context, order *turn.Turn, t *topolog
 	var leads []lead
 	var follows []follow
 	for i, k := range req.Keys {
-		hit, hot, epoch := p.hotLookup(t, k, &out[i])
+		space := t.PoolFor(k).Name()
+		hit, hot, epoch := p.hotLookup(t, space, k, &out[i])
 		if hit {
 			continue
 		}
 		l := lead{i: i, hot: hot, epoch: epoch}
 		if t.Dedup && !p.writes.InFlight(k) {
-			f, leader := p.flights.Start(k)
+			f, leader := p.flights.Start(space, k)
 			if !leader {
 				follows = append(follows, follow{i, f})
 				continue
@@ -99,7 +101,8 @@ func (p *Proxy) retrieveShared(ctx context.Context, order *turn.Turn, t *topolog
 		p.fetch(ctx, order, t, req, out, idx)
 	}
 	for _, l := range leads {
-		p.publish(t, req.Keys[l.i], &out[l.i], l.hot, l.epoch, l.flight)
+		k := req.Keys[l.i]
+		p.publish(t, t.PoolFor(k).Name(), k, &out[l.i], l.hot, l.epoch, l.flight)
 	}
 	for _, f := range follows {
 		p.follow(ctx, f.flight, req.Keys[f.i], &out[f.i])
@@ -107,30 +110,32 @@ func (p *Proxy) retrieveShared(ctx context.Context, order *turn.Turn, t *topolog
 	p.metrics.coalesced.Add(float64(len(follows)))
 }
 
-// hotLookup answers key from the hot cache into r (hit). For a hot key it missed, it
-// returns the epoch that publish needs to cache what the fetch brings.
-func (p *Proxy) hotLookup(t *topology.Topology, k []byte, r *protocol.Response) (hit, hot bool, epoch uint64) {
+// hotLookup answers key k of the pool named space from the hot cache into r (hit). For a
+// hot key it missed, it returns the epoch that publish needs to cache what the fetch
+// brings.
+func (p *Proxy) hotLookup(t *topology.Topology, space string, k []byte, r *protocol.Response) (hit, hot bool, epoch uint64) {
 	if !t.Hot.Hot(k) {
 		return false, false, 0
 	}
-	if e, ok := t.Hot.Get(k); ok {
+	if e, ok := t.Hot.Get(space, k); ok {
 		*r = protocol.Response{Key: k, Value: e.Value, Flags: e.Flags, Cas: e.Cas}
 		p.metrics.hotHits.Inc()
 		return true, true, 0
 	}
 	p.metrics.hotMisses.Inc()
-	return false, true, t.Hot.Epoch(k)
+	return false, true, t.Hot.Epoch(space, k)
 }
 
-// publish caches a leader's answer for a hot key and hands it to the flight's followers.
-func (p *Proxy) publish(t *topology.Topology, k []byte, r *protocol.Response, hot bool, epoch uint64, f *dedup.Flight[protocol.Response]) {
+// publish caches a leader's answer for a hot key k of the pool named space and hands it to
+// the flight's followers.
+func (p *Proxy) publish(t *topology.Topology, space string, k []byte, r *protocol.Response, hot bool, epoch uint64, f *dedup.Flight[protocol.Response]) {
 	if hot && r.Status == protocol.StatusOK {
-		t.Hot.Add(k, hotcache.Entry{Value: r.Value, Flags: r.Flags, Cas: r.Cas}, epoch)
+		t.Hot.Add(space, k, hotcache.Entry{Value: r.Value, Flags: r.Flags, Cas: r.Cas}, epoch)
 	}
 	if f != nil {
 		f.Val = *r
 		f.Val.Key = nil // the leader's key bytes belong to its connection
-		p.flights.Finish(k, f)
+		p.flights.Finish(f)
 	}
 }
 

@@ -154,7 +154,7 @@ func (r *startedRun) lead() {
 		var f *dedup.Flight[protocol.Response]
 		if !p.writes.InFlight(k) {
 			var leader bool
-			if f, leader = p.flights.Start(k); !leader {
+			if f, leader = p.flights.Start(r.pool.Name(), k); !leader {
 				r.follows = append(r.follows, i)
 			} else {
 				r.leads++
@@ -180,7 +180,7 @@ func (r *startedRun) fetchAndFollow() {
 	p.fetch(r.ctx, r.order, r.t, req, r.resps, idx)
 	for _, i := range idx {
 		if f := r.flights[i]; f != nil {
-			p.publish(r.t, req.Keys[i], &r.resps[i], false, 0, f)
+			p.publish(r.t, r.pool.Name(), req.Keys[i], &r.resps[i], false, 0, f)
 		}
 	}
 	for _, i := range r.follows {
@@ -232,7 +232,7 @@ func (r *startedRun) end() {
 		if f != nil {
 			k := r.reqs[0].Keys[i]
 			r.resps[i].Key = k
-			p.publish(t, k, &r.resps[i], false, 0, f)
+			p.publish(t, r.pool.Name(), k, &r.resps[i], false, 0, f)
 		}
 	}
 	if r.many {

@@ -221,11 +221,16 @@ func (sh *writeShare) do(ctx context.Context, order *turn.Turn, reqs []protocol.
 // settle ends what moxi holds of key's old value once a write of it is acknowledged: its
 // hot cache entry, and any fetch of it in flight, which later reads must not join.
 func (p *Proxy) settle(t *topology.Topology, key []byte) {
-	if t.Hot.Hot(key) {
-		t.Hot.Drop(key)
+	hot := t.Hot.Hot(key)
+	if !hot && !t.Dedup {
+		return
+	}
+	space := t.PoolFor(key).Name()
+	if hot {
+		t.Hot.Drop(space, key)
 	}
 	if t.Dedup {
-		p.flights.Forget(key)
+		p.flights.Forget(space, key)
 	}
 }
 

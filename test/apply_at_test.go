@@ -15,6 +15,7 @@ import (
 // sent (outside ±100 ms of apply_at), while without apply_at the proxies would place the
 // moved keys differently for 2 s.
 func TestApplyAtTier(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	mcs := cluster(t, 3)
 	conf := func(n int, at string) string {
 		var b strings.Builder

@@ -22,8 +22,11 @@ import (
 // however its clients behave, and a well-behaved client beside the attack is served
 // without errors and promptly.
 const (
-	maxAttackRSS    = 256 // MiB, moxi's peak resident set (VmHWM), absolute
-	maxBystanderP99 = 250 * time.Millisecond
+	maxAttackRSS = 256 // MiB, moxi's peak resident set (VmHWM), absolute
+	// maxBystanderP99 tells a bystander that waits for the attack (a request_timeout or
+	// write_timeout, 30 s) from one that does not, on a loaded machine too; its p99 is
+	// logged, and a few ms when the machine is idle.
+	maxBystanderP99 = 2 * time.Second
 
 	// abortAttackRSS ends an attack early once moxi holds this much, so that an unbounded
 	// moxi fails the test without pushing a small CI machine into the OOM killer.

@@ -51,6 +51,7 @@ func waitServers(t *testing.T, admin string, want ...string) time.Duration {
 // added (applied within interval + 1 s, and used), one removed only after remove_after, and
 // a DNS server that answers NXDOMAIN or nothing, which changes nothing but is counted.
 func TestDiscoverA(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	dns := dnstest.Start(t)
 	_, port, _ := net.SplitHostPort(freeAddr(t))
 	var mcs []*memcachedtest.Server
@@ -123,6 +124,7 @@ func TestDiscoverA(t *testing.T) {
 // moxi serves only once the name has answered: until then the client port is closed and
 // /readyz answers 503.
 func TestDiscoverSRV(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	dns := dnstest.Start(t)
 	mcs := cluster(t, 3)
 	records := func() []dnstest.SRV {

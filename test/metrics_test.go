@@ -360,6 +360,7 @@ func labelValue(labels []*dto.LabelPair, name string) string {
 // TestReadyz: 200 while every pool has a live server; 503 once one pool's servers are all
 // dead, failover or not; 503 during the drain after SIGTERM while /healthz stays 200.
 func TestReadyz(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	for _, failover := range []bool{false, true} {
 		t.Run(fmt.Sprintf("failover %v", failover), func(t *testing.T) {
 			up, doomed := memcachedtest.Start(t), memcachedtest.Start(t)

@@ -114,6 +114,7 @@ func versionOf(v string) int {
 // TestLiveMigration moves one of three servers to a new machine by a config change while a
 // writer updates 500 of its keys and deletes 200 others and a reader checks every answer.
 func TestLiveMigration(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	mcs, fresh, path, admin, moxi, c := migrationSetup(t)
 	owner := owners(3)
 	model := &keyModel{version: map[string]int{}, deleted: map[string]bool{}, acked: map[string]time.Time{}}
@@ -311,6 +312,7 @@ func TestLiveMigration(t *testing.T) {
 // TestMigrationRevert: putting the old address back mid-copy stops the copy, and the keys
 // written during the migration are misses on the old server, never their old values.
 func TestMigrationRevert(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	mcs, fresh, path, admin, _, c := migrationSetup(t)
 	before := migrationConfig(mcs[0].Addr, mcs[1].Addr, mcs[2].Addr, "", 0)
 	owner := owners(3)

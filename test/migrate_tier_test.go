@@ -18,6 +18,7 @@ import (
 // older (outside ±100 ms of migrate_at), no acknowledged write is lost once both copies
 // are done, and OLD holds no value older than one acknowledged before the first was done.
 func TestMigrationTier(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	mcs := cluster(t, 3)
 	fresh := memcachedtest.Start(t)
 	tier := startTier(t, migrationConfig(mcs[0].Addr, mcs[1].Addr, mcs[2].Addr, "", 0))

@@ -1,3 +1,5 @@
+//go:build accept
+
 package test
 
 import (
@@ -13,10 +15,10 @@ import (
 	"github.com/moxi-proxy/moxi"
 )
 
-// TestMakeRelease runs `make release` into a temporary directory: a binary for each
+// TestAcceptMakeRelease runs `make release` into a temporary directory: a binary for each
 // platform, named for the release in VERSION, built for that platform, with sums that
 // sha256sum verifies; the one this machine can run prints the release as its version.
-func TestMakeRelease(t *testing.T) {
+func TestAcceptMakeRelease(t *testing.T) {
 	dist := t.TempDir()
 	make := exec.Command("make", "release", "DIST="+dist)
 	make.Dir = ".."

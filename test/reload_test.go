@@ -186,6 +186,7 @@ func TestReloadRejectsBadFiles(t *testing.T) {
 // is a SIGHUP. The 3 s is checked with a margin for a loaded machine (×4 + 1 s) and the
 // measured figures logged.
 func TestWatchConfig(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	mcs := cluster(t, 2)
 	dir := t.TempDir()
 	conf := func(server string) string {

@@ -392,6 +392,7 @@ func TestReplicasKillOneServer(t *testing.T) {
 // TestReplicasPausedServer: as TestReplicasKillOneServer, but the server is paused
 // (SIGSTOP) for 5 s and then resumed, under the load throughout: no error, no miss.
 func TestReplicasPausedServer(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	replicaFault(t, func(mc *memcachedtest.Server) {
 		if err := mc.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)

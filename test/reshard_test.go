@@ -135,6 +135,7 @@ func holders(t *testing.T, mcs []*memcachedtest.Server, keys []string) [][]int {
 // older than an acknowledged write, and once the reshard is done every key is on its
 // server alone — no previous server keeps a copy a later change could serve.
 func TestReshardWarm(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	reshardWarm(t, "", 1, [][]int{{0, 1, 2, 3}, {1, 2, 3}}) // s3 added, then s0 removed
 }
 
@@ -143,6 +144,7 @@ func TestReshardWarm(t *testing.T) {
 // reshard is done every key is on its two replicas alone, so moving back finds no copy
 // older than the writes made meanwhile.
 func TestReshardReplicas(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	reshardWarm(t, "    replicas: 2\n", 2, [][]int{{0, 1, 2, 3}, {0, 1, 2}}) // s3 added, then removed
 }
 
@@ -277,10 +279,16 @@ func reloadFile(t *testing.T, path, admin, yaml string) {
 // back. Writers go through the first proxy, readers through both: no read is older than a
 // version acknowledged before it was sent (outside ±100 ms of apply_at), and after moving
 // back no server serves a copy left by the first move.
-func TestReshardTier(t *testing.T) { reshardTier(t, "", 1) }
+func TestReshardTier(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
+	reshardTier(t, "", 1)
+}
 
 // TestReshardTierReplicas is TestReshardTier for a pool with replicas: 2.
-func TestReshardTierReplicas(t *testing.T) { reshardTier(t, "    replicas: 2\n", 2) }
+func TestReshardTierReplicas(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
+	reshardTier(t, "    replicas: 2\n", 2)
+}
 
 // reshardTier runs TestReshardTier over a pool with settings whose keys are on copies
 // servers each.

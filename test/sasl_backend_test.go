@@ -142,6 +142,7 @@ func TestSASLBackendWithoutCredentials(t *testing.T) {
 // the pool's servers connect again with it: a wrong password shows on /servers as the SASL
 // failure, the right one serves again.
 func TestSASLBackendPasswordReload(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	mcs := saslServers(t, 2)
 	password := filepath.Join(t.TempDir(), "password")
 	writePassword(t, password, saslPassword)

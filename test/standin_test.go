@@ -133,6 +133,7 @@ func TestStandInKillAgain(t *testing.T) {
 // versions of keys on every server and readers check each read against the newest version
 // acknowledged before it was sent: none may be older. Keys of the other servers never fail.
 func TestStandInFlapping(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	mcs := cluster(t, 3)
 	moxi := startMoxi(t, "--config", writeConfig(t, resilientConfig(true, addrs(mcs)...)))
 	mine, _ := keysOf(0, 3, 20)

@@ -175,6 +175,7 @@ func switchRun(t *testing.T, n int, warm bool) (before window, after []window, s
 // one keep the hit ratio clients see, the gets reaching the old pool fall as the new one
 // fills, and no read is older than an acknowledged write. A cold switch is measured too.
 func TestWarmUpSwitch(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	n := warmKeys(t)
 	report := func(name string, before window, after []window) float64 {
 		worst := 1.0

@@ -103,15 +103,35 @@ func (s *Server) Signal(sig syscall.Signal) error {
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
 
 // FreeAddr is a loopback address whose port was free a moment ago.
+//
+// Its port is below the kernel's ephemeral range (32768 and up on Linux), where nothing
+// else takes ports unasked: a port the kernel chose for a listener and freed again may be
+// taken the next moment by any outgoing connection (a moxi dialing its servers), before
+// the test's process binds it. Each test process walks the range from its own place.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range freePorts {
+		port := firstFreePort + int(nextFreePort.Add(1))%freePorts
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // taken: the next one
+		}
+		defer ln.Close()
+		return ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatalf("no free port in %d–%d", firstFreePort, firstFreePort+freePorts-1)
+	return ""
 }
+
+// The ports FreeAddr hands out: [firstFreePort, firstFreePort+freePorts), from a place that
+// depends on the process, so that test processes running at once start far apart.
+const firstFreePort, freePorts = 20000, 12000
+
+var nextFreePort = func() *atomic.Int64 {
+	var n atomic.Int64
+	n.Store(int64(os.Getpid()) * 1009 % freePorts)
+	return &n
+}()
 
 // WaitListening waits until addr accepts a connection.
 func WaitListening(addr string, timeout time.Duration) error {

@@ -1,3 +1,5 @@
+//go:build accept
+
 package test
 
 import (

@@ -135,7 +135,8 @@ func holders(t *testing.T, mcs []*memcachedtest.Server, keys []string) [][]int {
 // older than an acknowledged write, and once the reshard is done every key is on its
 // server alone — no previous server keeps a copy a later change could serve.
 func TestReshardWarm(t *testing.T) {
-	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
+	// Mostly waits for instants and polls: runs beside the other such tests.
+	t.Parallel()
 	reshardWarm(t, "", 1, [][]int{{0, 1, 2, 3}, {1, 2, 3}}) // s3 added, then s0 removed
 }
 
@@ -144,7 +145,8 @@ func TestReshardWarm(t *testing.T) {
 // reshard is done every key is on its two replicas alone, so moving back finds no copy
 // older than the writes made meanwhile.
 func TestReshardReplicas(t *testing.T) {
-	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
+	// Mostly waits for instants and polls: runs beside the other such tests.
+	t.Parallel()
 	reshardWarm(t, "    replicas: 2\n", 2, [][]int{{0, 1, 2, 3}, {0, 1, 2}}) // s3 added, then removed
 }
 

@@ -474,6 +474,11 @@ func (c *conn) fail(nc net.Conn, err error) {
 		return // already failed
 	}
 	c.nc, c.writer = nil, nil
+	// The dial loop redials at once (dialLoop): from now on, not from when it starts, a
+	// request that must keep its order waits for that dial (pick, waitReady) rather than go
+	// on another connection, where it could be executed before the requests sent before it
+	// on this one that memcached has yet to execute.
+	c.dialing = !c.closed
 	close(c.stop)
 	c.up.Store(false)
 	c.pending.Store(false)

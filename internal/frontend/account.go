@@ -52,8 +52,11 @@ func (c *conn) hold(n int64) {
 	}
 }
 
-// answered puts t's answer, now made, in the place of its reservation in the byte account.
+// answered puts t's answer, now made, in the place of its reservation in the byte account,
+// and lowers the fences its writes raised.
 func (c *conn) answered(t *task) {
+	c.fences.lower(t.fences)
+	t.fences = t.fences[:0]
 	if t.valueKeys > 0 && len(t.out) > 0 {
 		per := int64(len(t.out)) / int64(t.valueKeys)
 		c.perKey.Store(max(per, c.perKey.Load()>>min(t.valueKeys, 62), minPerKey))

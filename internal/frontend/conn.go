@@ -82,6 +82,7 @@ type conn struct {
 	building     *task    // pipelined single-key requests read but not yet started (see addToRun)
 
 	answers answerQueue
+	fences  fences // keys of writes in flight that may be sent again (fence.go)
 
 	// Authentication (auth.go).
 	login        atomic.Pointer[login] // the user the client logged in as; nil: none (yet)
@@ -572,6 +573,9 @@ func (c *conn) answerFits(keys int) bool {
 // start queues t's answer and runs it: on the reader when it is alone (nothing before it
 // unanswered, nothing read behind it), else on a worker, in its turn.
 func (c *conn) start(t *task) {
+	reqs := t.run()
+	c.fences.wait(reqs) // an earlier write of one of its keys may be retried: not overtaken
+	t.fences = c.fences.raise(reqs, t.fences)
 	r := &t.req
 	t.weight, t.requests = 1, 1
 	switch {

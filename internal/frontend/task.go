@@ -41,6 +41,8 @@ type task struct {
 	done      bool   // complete: out is final; guarded by answerQueue.mu
 
 	finishFunc func() // finishStarted, made once per task: the done of a started run
+
+	fences []uint64 // the fences its writes raised (conn.fences), lowered once it is answered; owned by the reader, then by whoever answers it
 }
 
 // finishStarted ends a run the handler started (conn.begin) once it is answered.
@@ -150,7 +152,7 @@ func (t *task) reset() {
 	t.req, t.lone[0] = protocol.Request{}, protocol.Request{}
 	t.keys, t.data, t.resps, t.batch, t.out, t.spans, t.flags = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0], t.spans[:0], t.flags[:0]
 	t.stream, t.writer, t.silent, t.single, t.weight, t.done, t.conn = false, false, false, false, 0, false, nil
-	t.requests, t.valueKeys, t.held = 0, 0, 0
+	t.requests, t.valueKeys, t.held, t.fences = 0, 0, 0, t.fences[:0]
 	if cap(t.data) > keepOutput {
 		t.data = nil
 	}
@@ -160,6 +162,15 @@ func (t *task) reset() {
 	if cap(t.resps) > keepResponses || cap(t.keys) > keepResponses || cap(t.batch) > keepResponses || cap(t.spans) > keepResponses || cap(t.flags) > keepResponses {
 		t.resps, t.keys, t.batch, t.spans, t.flags = nil, nil, nil, nil, nil
 	}
+}
+
+// run is the task's requests as the handler gets them: its run, or its request as a run of
+// one (alone).
+func (t *task) run() []protocol.Request {
+	if t.single {
+		return t.batch
+	}
+	return t.alone(&t.req)
 }
 
 // alone is req as a run of one, for the handler, without an allocation: a copy in the

@@ -109,6 +109,19 @@ func (op Op) ChangesKey() bool {
 	return op.IsWrite() || op == OpMetaSet || op == OpMetaDelete || op == OpMetaArithmetic
 }
 
+// Repeatable reports whether a request may be sent again when the server did not answer
+// it: repeating it cannot change its outcome. A write that may already have been applied
+// is not: incr/decr/append/prepend would apply twice, add and cas would report a failure
+// for their own success, and a meta write's modes, cas, invalidation and vivification make
+// any of them unsafe to repeat.
+func (op Op) Repeatable() bool {
+	switch op {
+	case OpIncr, OpDecr, OpAppend, OpPrepend, OpAdd, OpCas, OpMetaSet, OpMetaDelete, OpMetaArithmetic:
+		return false
+	}
+	return true
+}
+
 // IsMeta reports whether op is a meta command (mn mg ms md ma me). Meta commands carry
 // Request.Meta and answer one Response with Response.Meta; IsRetrieval, IsStorage and
 // IsWrite are false for them.

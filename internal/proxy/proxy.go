@@ -241,7 +241,7 @@ func (p *Proxy) attempt(ctx context.Context, order *turn.Turn, pl *pool.Pool, ke
 // answer.
 func (p *Proxy) recover(ctx context.Context, order *turn.Turn, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response, m *pool.Member, err error) {
 	for attempt := 0; err != nil; attempt++ {
-		if attempt >= pl.Retries() || !retryable(req.Op) || ctx.Err() != nil {
+		if attempt >= pl.Retries() || !req.Op.Repeatable() || ctx.Err() != nil {
 			failAll(m, err, req, resps)
 			return
 		}
@@ -272,20 +272,6 @@ func backendMsg(m *pool.Member, err error) string {
 		reason = m.Name + " " + reason
 	}
 	return "backend " + reason
-}
-
-// retryable says whether a request may be sent again when the server did not answer. A
-// write that may already have been applied is not repeated where repeating changes the
-// outcome: incr/decr/append/prepend would apply twice, add and cas would report a failure
-// for their own success.
-func retryable(op protocol.Op) bool {
-	switch op {
-	case protocol.OpIncr, protocol.OpDecr, protocol.OpAppend, protocol.OpPrepend, protocol.OpAdd, protocol.OpCas:
-		return false
-	case protocol.OpMetaSet, protocol.OpMetaDelete, protocol.OpMetaArithmetic:
-		return false // modes, cas, invalidation and vivification make any of them unsafe to repeat
-	}
-	return true
 }
 
 // everyServer sends req (flush_all, cache_memlimit) to every server of every pool, in

@@ -197,17 +197,10 @@ func hashedPart(key []byte, open, close byte) []byte {
 }
 
 // serving reports whether member i serves its keys: up, and owing its stand-ins no
-// cleanup, which it starts when it is up.
+// cleanup (which StandIns starts once it is up).
 func (p *Pool) serving(i int) bool {
 	m := &p.members[i]
-	if !m.Up() {
-		return false
-	}
-	if p.opts.StandIns.owes(m.Base) {
-		p.opts.StandIns.clean(m.Base, p.name, m.Name)
-		return false
-	}
-	return true
+	return m.Up() && !p.opts.StandIns.owes(m.Base)
 }
 
 // standInExptime is the expiry a write with exptime gets on a stand-in: at most

@@ -236,7 +236,7 @@ func (r *replica) StartBatch(ctx context.Context, order *turn.Turn, reqs []proto
 	l.epoch.Add(1)
 	for _, i := range set.idx[:set.n] {
 		if !slices.Contains(targets[:n], i) {
-			p.opts.StandIns.away(p.members[i].Base, req.Key)
+			p.opts.StandIns.away(p.members[i].Base, p.name, p.members[i].Name, req.Key)
 		}
 	}
 	f, req := r.newFan(req, targets[:n], func() { l.epoch.Add(1); l.mu.Unlock() })
@@ -326,7 +326,7 @@ func (f *fan) collect(s *fanSend) {
 	p := f.r.pool
 	ok := acked(&s.resp[0], s.err[0])
 	if !ok {
-		p.opts.StandIns.away(p.members[s.member].Base, f.key)
+		p.opts.StandIns.away(p.members[s.member].Base, p.name, p.members[s.member].Name, f.key)
 	}
 	f.mu.Lock()
 	f.got++
@@ -470,7 +470,7 @@ func (r *replica) write(ctx context.Context, order *turn.Turn, req *protocol.Req
 			n++
 		} else {
 			// Before the write is sent anywhere: from then on the replica owes the key.
-			p.opts.StandIns.away(p.members[i].Base, req.Key)
+			p.opts.StandIns.away(p.members[i].Base, p.name, p.members[i].Name, req.Key)
 		}
 	}
 	if n == 0 {
@@ -526,7 +526,7 @@ func (r *replica) decide(ctx context.Context, order *turn.Turn, req *protocol.Re
 	first := targets[0]
 	if err := r.direct[first].Do(ctx, each, req, resps); err != nil {
 		// It may have landed there: the others keep their item, but the first owes the key.
-		p.opts.StandIns.away(p.members[first].Base, req.Key)
+		p.opts.StandIns.away(p.members[first].Base, p.name, p.members[first].Name, req.Key)
 		return err
 	}
 	if !succeeded(req, &resps[0]) || len(targets) == 1 {
@@ -538,7 +538,7 @@ func (r *replica) decide(ctx context.Context, order *turn.Turn, req *protocol.Re
 	if err := r.direct[first].Do(ctx, each, &get, got[:]); err != nil {
 		// What the first holds now is unknown, and it is failing: the write is not
 		// acknowledged, so the others' item stays right, and the first owes the key.
-		p.opts.StandIns.away(p.members[first].Base, req.Key)
+		p.opts.StandIns.away(p.members[first].Base, p.name, p.members[first].Name, req.Key)
 		resps[0] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "the replica that decided the write did not answer after it"}
 		return nil
 	}
@@ -553,7 +553,7 @@ func (r *replica) decide(ctx context.Context, order *turn.Turn, req *protocol.Re
 			var one [1]protocol.Response
 			err := r.direct[i].Do(ctx, each, &carry, one[:])
 			if !acked(&one[0], err) {
-				p.opts.StandIns.away(p.members[i].Base, req.Key)
+				p.opts.StandIns.away(p.members[i].Base, p.name, p.members[i].Name, req.Key)
 			}
 		})
 	}

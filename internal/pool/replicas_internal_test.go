@@ -8,14 +8,18 @@ import (
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
-// upServer is a server that is up and answers nothing; name keeps two of them apart (two
-// pointers to a zero-size value may be equal).
+// upServer is a server that is up and answers nothing (every request times out, so a
+// cleanup of its keys never ends); name keeps two of them apart (two pointers to a
+// zero-size value may be equal).
 type upServer struct{ name string }
 
 func (upServer) Do(context.Context, *turn.Turn, *protocol.Request, []protocol.Response) error {
-	return nil
+	return context.DeadlineExceeded
 }
-func (upServer) DoBatch(context.Context, *turn.Turn, []protocol.Request, []protocol.Response, []error) {
+func (upServer) DoBatch(_ context.Context, _ *turn.Turn, _ []protocol.Request, _ []protocol.Response, errs []error) {
+	for i := range errs {
+		errs[i] = context.DeadlineExceeded
+	}
 }
 func (upServer) Up() bool     { return true }
 func (upServer) Info() Info   { return Info{State: StateUp} }
@@ -28,6 +32,7 @@ func (upServer) Stats() []protocol.Stat {
 // its state staying up.
 func TestReplicaAwayState(t *testing.T) {
 	standIns := NewStandIns(10, nil)
+	t.Cleanup(standIns.Close)
 	a, b := &upServer{"a"}, &upServer{"b"}
 	p, err := New("p", Options{Replicas: 2, StandIns: standIns}, []Member{
 		{Name: "a", Addr: "a:1", Weight: 1, Server: a}, {Name: "b", Addr: "b:1", Weight: 1, Server: b},
@@ -35,7 +40,7 @@ func TestReplicaAwayState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	standIns.away(a, []byte("k"))
+	standIns.away(a, "p", "a", []byte("k"))
 	away := func(m *Member) string {
 		stats := m.Server.Stats()
 		if last := stats[len(stats)-1]; last.Name == "away" {

@@ -120,7 +120,7 @@ func away(m *pool.Member) bool {
 func TestReplicaStarts(t *testing.T) {
 	a := &startable{downable: &downable{Store: memstore.New(memstore.Options{})}}
 	b := &startable{downable: &downable{Store: memstore.New(memstore.Options{})}}
-	pl, err := pool.New("p", pool.Options{Replicas: 2, StandIns: pool.NewStandIns(10, nil)}, []pool.Member{
+	pl, err := pool.New("p", pool.Options{Replicas: 2, StandIns: newStandIns(t, 10)}, []pool.Member{
 		{Name: "a", Addr: "embedded/0", Weight: 1, Server: a},
 		{Name: "b", Addr: "embedded/1", Weight: 1, Server: b},
 	})
@@ -194,7 +194,7 @@ func TestReplicaStarts(t *testing.T) {
 func TestReplicaFlushedPastMemory(t *testing.T) {
 	a := &downable{Store: memstore.New(memstore.Options{})}
 	b := &downable{Store: memstore.New(memstore.Options{})}
-	standIns := pool.NewStandIns(1, nil)
+	standIns := newStandIns(t, 1)
 	pl, err := pool.New("p", pool.Options{Replicas: 2, StandIns: standIns}, []pool.Member{
 		{Name: "a", Addr: "embedded/0", Weight: 1, Server: a},
 		{Name: "b", Addr: "embedded/1", Weight: 1, Server: b},
@@ -261,7 +261,7 @@ func TestReplicaQuorums(t *testing.T) {
 			}
 			members[i] = pool.Member{Name: name, Addr: "embedded/" + name, Weight: 1, Server: s}
 		}
-		pl, err := pool.New("p", pool.Options{Replicas: 3, WriteQuorum: tc.quorum, StandIns: pool.NewStandIns(10, nil),
+		pl, err := pool.New("p", pool.Options{Replicas: 3, WriteQuorum: tc.quorum, StandIns: newStandIns(t, 10),
 			Background: semaphore.NewWeighted(1 << 20)}, members)
 		if err != nil {
 			t.Fatal(err)
@@ -292,7 +292,7 @@ func TestReplicaReadFrom(t *testing.T) {
 	}{{pool.ReadFirst, false}, {pool.ReadRandom, true}} {
 		a := &downable{Store: memstore.New(memstore.Options{})}
 		b := &downable{Store: memstore.New(memstore.Options{})}
-		pl, err := pool.New("p", pool.Options{Replicas: 2, ReadFrom: tc.from, StandIns: pool.NewStandIns(10, nil)}, []pool.Member{
+		pl, err := pool.New("p", pool.Options{Replicas: 2, ReadFrom: tc.from, StandIns: newStandIns(t, 10)}, []pool.Member{
 			{Name: "a", Addr: "embedded/0", Weight: 1, Server: a},
 			{Name: "b", Addr: "embedded/1", Weight: 1, Server: b},
 		})

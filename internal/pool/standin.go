@@ -17,15 +17,16 @@ import (
 // back and died again would hand its keys back to a stand-in holding older values.
 //
 // A server that owes such a cleanup does not serve its keys: its pools place them as if it
-// were dead until the cleanup is done. The cleanup starts when a placement finds the server
-// up again, and runs in rounds: it takes the keys remembered so far, waits for the stand-in
-// writes that made them to be answered, deletes them, and ends when a round finds no new
-// key (under the same lock as a write's remembering, so none slips in between).
+// were dead until the cleanup is done. The cleanup starts once the server is up again
+// (watch, a goroutine of StandIns's own, looks at the servers that owe one; a placement
+// only asks), and runs in rounds: it takes the keys remembered so far, waits for the
+// stand-in writes that made them to be answered, deletes them, and ends when a round finds
+// no new key (under the same lock as a write's remembering, so none slips in between).
 //
 // At most max keys are remembered; past that a stand-in write is not remembered (counted in
 // Forgotten) and only the pool's failover_ttl, the cap on stand-in writes' expiry, bounds
 // how long its older copies can be served. One StandIns serves every pool of every topology
-// a process builds, so that what it remembers outlives reloads.
+// a process builds, so that what it remembers outlives reloads. Close ends its goroutines.
 type StandIns struct {
 	max    int
 	logger *slog.Logger
@@ -37,13 +38,20 @@ type StandIns struct {
 	n    int              // keys remembered; guarded by mu
 
 	forgotten atomic.Uint64
+
+	owed1    chan struct{}      // capacity 1: a server began to owe (watch looks at once)
+	watching bool               // watch runs; guarded by mu
+	ctx      context.Context    // the cleanups'; cancelled by Close
+	cancel   context.CancelFunc //
+	wg       sync.WaitGroup     // watch and the cleanups it started
 }
 
 // debt is what one server owes before it serves again.
 type debt struct {
-	cur      *round // the round remembering new writes
-	cleaning bool   // a cleanup goroutine runs
-	retryAt  time.Time
+	pool, name string // the server's, for the log
+	cur        *round // the round remembering new writes
+	cleaning   bool   // a cleanup goroutine runs
+	retryAt    time.Time
 	// flush: a replica's key was not remembered (max keys were), so the replica is
 	// flushed before it serves, rather than trusted to failover_ttl as a stand-in is.
 	flush bool
@@ -57,12 +65,90 @@ type round struct {
 
 func newRound() *round { return &round{keys: make(map[string]Server)} }
 
-// NewStandIns remembers at most max keys (max > 0).
+// NewStandIns remembers at most max keys (max > 0). The goroutine that begins each owing
+// server's cleanup once it is up (watch) starts when a server first owes one; Close ends
+// it.
 func NewStandIns(max int, logger *slog.Logger) *StandIns {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &StandIns{max: max, logger: logger, owed: make(map[Server]*debt)}
+	l := &StandIns{max: max, logger: logger, owed: make(map[Server]*debt), owed1: make(chan struct{}, 1)}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	return l
+}
+
+// Close stops the cleanups (their deletes are cancelled; what they had not deleted stays
+// owed) and the watch, and waits for them.
+func (l *StandIns) Close() {
+	l.mu.Lock() // goroutines start under mu, and not once cancelled: none starts after Wait
+	l.cancel()
+	l.mu.Unlock()
+	l.wg.Wait()
+}
+
+// upPoll is how often watch asks the servers that owe a cleanup whether they are up.
+const upPoll = 20 * time.Millisecond
+
+// watch starts the cleanup of each server that owes one once it is up, until Close: it
+// looks when a server begins to owe, then every upPoll while any does.
+func (l *StandIns) watch() {
+	defer l.wg.Done()
+	poll := time.NewTicker(upPoll)
+	defer poll.Stop()
+	for {
+		if l.owing.Load() == 0 {
+			select { // nothing owed: sleep until something is
+			case <-l.owed1:
+			case <-l.ctx.Done():
+				return
+			}
+		}
+		select {
+		case <-poll.C:
+		case <-l.owed1:
+		case <-l.ctx.Done():
+			return
+		}
+		l.startCleanups(time.Now())
+	}
+}
+
+// startCleanups starts the cleanup of every server that owes one, is up, and has no
+// cleanup running nor one that failed less than a second before now.
+func (l *StandIns) startCleanups(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx.Err() != nil {
+		return // closed
+	}
+	for home, d := range l.owed {
+		if d.cleaning || now.Before(d.retryAt) || !home.Up() {
+			continue
+		}
+		d.cleaning = true
+		l.wg.Add(1)
+		go l.cleanup(home, d)
+	}
+}
+
+// owe is home's debt, made when it has none; the caller holds mu.
+func (l *StandIns) owe(home Server, pool, name string) *debt {
+	d := l.owed[home]
+	if d == nil {
+		d = &debt{pool: pool, name: name, cur: newRound()}
+		l.owed[home] = d
+		l.owing.Add(1)
+		if !l.watching && l.ctx.Err() == nil {
+			l.watching = true
+			l.wg.Add(1)
+			go l.watch()
+		}
+		select {
+		case l.owed1 <- struct{}{}:
+		default:
+		}
+	}
+	return d
 }
 
 // Remembered is the number of keys remembered now.
@@ -86,22 +172,17 @@ func (l *StandIns) owes(s Server) bool {
 	return ok
 }
 
-// remember records that key, owned by home, is about to be written to standIn. It returns
-// the WaitGroup the write must call Done on once answered, or nil, without recording
-// anything, when home serves its keys again (the caller places the write anew).
-func (l *StandIns) remember(home Server, key []byte, standIn Server) *sync.WaitGroup {
+// remember records that key, owned by home (member name of pool), is about to be written
+// to standIn. It returns the WaitGroup the write must call Done on once answered, or nil,
+// without recording anything, when home serves its keys again (the caller places the
+// write anew).
+func (l *StandIns) remember(home Server, pool, name string, key []byte, standIn Server) *sync.WaitGroup {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	d := l.owed[home]
-	if d == nil {
-		if home.Up() {
-			return nil // it came back since the placement, and owes nothing
-		}
-		d = &debt{cur: newRound()}
-		l.owed[home] = d
-		l.owing.Add(1)
+	if l.owed[home] == nil && home.Up() {
+		return nil // it came back since the placement, and owes nothing
 	}
-	r := d.cur
+	r := l.owe(home, pool, name).cur
 	if _, ok := r.keys[string(key)]; ok || l.n < l.max {
 		if !ok {
 			l.n++
@@ -114,21 +195,16 @@ func (l *StandIns) remember(home Server, key []byte, standIn Server) *sync.WaitG
 	return &r.writing
 }
 
-// away records that key, of which home is a replica, was written without home: home was
-// away (not serving) or did not take the write. home then serves no read until key is
-// deleted on it; past max keys remembered it is flushed instead.
-func (l *StandIns) away(home Server, key []byte) {
+// away records that key, of which home (member name of pool) is a replica, was written
+// without home: home was away (not serving) or did not take the write. home then serves no
+// read until key is deleted on it; past max keys remembered it is flushed instead.
+func (l *StandIns) away(home Server, pool, name string, key []byte) {
 	if l == nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	d := l.owed[home]
-	if d == nil {
-		d = &debt{cur: newRound()}
-		l.owed[home] = d
-		l.owing.Add(1)
-	}
+	d := l.owe(home, pool, name)
 	r := d.cur
 	if _, ok := r.keys[string(key)]; ok {
 		return
@@ -142,19 +218,6 @@ func (l *StandIns) away(home Server, key []byte) {
 	l.forgotten.Add(1)
 }
 
-// clean starts home's cleanup unless one runs, or the last failed less than a second ago.
-func (l *StandIns) clean(home Server, pool, name string) {
-	l.mu.Lock()
-	d := l.owed[home]
-	if d == nil || d.cleaning || time.Now().Before(d.retryAt) {
-		l.mu.Unlock()
-		return
-	}
-	d.cleaning = true
-	l.mu.Unlock()
-	go l.cleanup(home, d, pool, name)
-}
-
 // cleanupBatch bounds the deletes sent in one batch.
 const cleanupBatch = 512
 
@@ -162,7 +225,9 @@ const cleanupBatch = 512
 const cleanupTimeout = 30 * time.Second
 
 // cleanup runs the rounds of home's cleanup (see StandIns).
-func (l *StandIns) cleanup(home Server, d *debt, pool, name string) {
+func (l *StandIns) cleanup(home Server, d *debt) {
+	defer l.wg.Done()
+	pool, name := d.pool, d.name
 	deleted := 0
 	for {
 		l.mu.Lock()
@@ -173,7 +238,7 @@ func (l *StandIns) cleanup(home Server, d *debt, pool, name string) {
 			l.n -= len(r.keys)
 			l.mu.Unlock()
 			r.writing.Wait()
-			if !flush(home) {
+			if !flush(l.ctx, home) {
 				l.mu.Lock()
 				d.flush = true
 				d.cleaning, d.retryAt = false, time.Now().Add(time.Second)
@@ -203,7 +268,7 @@ func (l *StandIns) cleanup(home Server, d *debt, pool, name string) {
 		l.mu.Unlock()
 
 		r.writing.Wait()
-		if failed := deleteEverywhere(home, r.keys); len(failed) > 0 {
+		if failed := deleteEverywhere(l.ctx, home, r.keys); len(failed) > 0 {
 			l.mu.Lock()
 			for k, s := range failed {
 				if _, ok := d.cur.keys[k]; !ok {
@@ -223,7 +288,7 @@ func (l *StandIns) cleanup(home Server, d *debt, pool, name string) {
 
 // deleteEverywhere deletes keys on their stand-ins and on home. It returns the keys home did
 // not answer for. A stand-in that does not answer keeps its copy until failover_ttl.
-func deleteEverywhere(home Server, keys map[string]Server) map[string]Server {
+func deleteEverywhere(ctx context.Context, home Server, keys map[string]Server) map[string]Server {
 	var failed map[string]Server
 	byStandIn := make(map[Server][]string)
 	for k, s := range keys {
@@ -231,14 +296,14 @@ func deleteEverywhere(home Server, keys map[string]Server) map[string]Server {
 	}
 	for s, ks := range byStandIn {
 		if s != nil { // nil: a replica's key, which only home deletes
-			deleteKeys(s, ks)
+			deleteKeys(ctx, s, ks)
 		}
 	}
 	all := make([]string, 0, len(keys))
 	for k := range keys {
 		all = append(all, k)
 	}
-	for k, ok := range deleteKeys(home, all) {
+	for k, ok := range deleteKeys(ctx, home, all) {
 		if !ok {
 			if failed == nil {
 				failed = make(map[string]Server)
@@ -250,8 +315,8 @@ func deleteEverywhere(home Server, keys map[string]Server) map[string]Server {
 }
 
 // flush empties s with flush_all and reports whether it answered OK.
-func flush(s Server) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+func flush(ctx context.Context, s Server) bool {
+	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
 	var resp [1]protocol.Response
 	err := s.Do(ctx, nil, &protocol.Request{Op: protocol.OpFlushAll}, resp[:])
@@ -260,7 +325,7 @@ func flush(s Server) bool {
 
 // deleteKeys deletes keys on s in batches and reports, per key, whether s answered (a
 // miss is an answer).
-func deleteKeys(s Server, keys []string) map[string]bool {
+func deleteKeys(ctx context.Context, s Server, keys []string) map[string]bool {
 	answered := make(map[string]bool, len(keys))
 	for len(keys) > 0 {
 		n := min(len(keys), cleanupBatch)
@@ -270,7 +335,7 @@ func deleteKeys(s Server, keys []string) map[string]bool {
 		}
 		resps := make([]protocol.Response, n)
 		errs := make([]error, n)
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 		s.DoBatch(ctx, nil, reqs, resps, errs)
 		cancel()
 		for i, k := range keys[:n] {

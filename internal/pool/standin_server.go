@@ -65,7 +65,7 @@ func (s *standIn) Do(ctx context.Context, order *turn.Turn, req *protocol.Reques
 	if owner < 0 || s.pool.opts.StandIns == nil {
 		return s.inner.Do(ctx, order, req, resps)
 	}
-	written := s.pool.opts.StandIns.remember(s.pool.members[owner].Base, req.Key, s.pool.members[s.self].Base)
+	written := s.pool.opts.StandIns.remember(s.pool.members[owner].Base, s.pool.name, s.pool.members[owner].Name, req.Key, s.pool.members[s.self].Base)
 	if written == nil {
 		// The owner serves again since the key was placed here: place it anew.
 		return s.pool.members[s.pool.Locate(req.Key)].Server.Do(ctx, order, req, resps)

@@ -46,7 +46,7 @@ func set(t *testing.T, s pool.Server, key string) {
 func TestStandInsBoundAndCleanup(t *testing.T) {
 	a := &downable{Store: memstore.New(memstore.Options{})}
 	b := &downable{Store: memstore.New(memstore.Options{})}
-	standIns := pool.NewStandIns(2, nil)
+	standIns := newStandIns(t, 2)
 	pl, err := pool.New("p", pool.Options{Failover: true, StandIns: standIns, FailoverTTL: time.Minute}, []pool.Member{
 		{Name: "a", Addr: "embedded/0", Weight: 1, Server: a},
 		{Name: "b", Addr: "embedded/1", Weight: 1, Server: b},
@@ -116,7 +116,7 @@ func (s *startable) StartBatch(ctx context.Context, order *turn.Turn, reqs []pro
 func TestStandInStarts(t *testing.T) {
 	a := &startable{downable: &downable{Store: memstore.New(memstore.Options{})}}
 	b := &startable{downable: &downable{Store: memstore.New(memstore.Options{})}}
-	pl, err := pool.New("p", pool.Options{Failover: true, StandIns: pool.NewStandIns(10, nil)}, []pool.Member{
+	pl, err := pool.New("p", pool.Options{Failover: true, StandIns: newStandIns(t, 10)}, []pool.Member{
 		{Name: "a", Addr: "embedded/0", Weight: 1, Server: a},
 		{Name: "b", Addr: "embedded/1", Weight: 1, Server: b},
 	})

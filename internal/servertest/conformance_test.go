@@ -94,7 +94,7 @@ var impls = []impl{
 		// Member 1 of a failover pool whose member 0 is dead: it stands in for every key,
 		// remembering the writes (pool.New composes it). Its server is not a Starter here:
 		// a stand-in declines every batch with a write it must remember (see below).
-		return e.standIn(pool.NewStandIns(1000, discard), func(s pool.Server) pool.Server { return waitingOnly{s} })
+		return e.standIn(e.standIns(), func(s pool.Server) pool.Server { return waitingOnly{s} })
 	}},
 	{name: "failover member", kinds: allKinds, starts: true, build: func(e *env) pool.Server {
 		// The same with nothing to remember (no StandIns): it passes every batch on, and
@@ -107,7 +107,7 @@ var impls = []impl{
 		// only and declines every other batch, so it is tested as a server that waits
 		// (its started writes: pool's TestReplicaStarts).
 		a, b := e.addr(), e.addr()
-		pl, err := pool.New("p", pool.Options{Replicas: 2, StandIns: pool.NewStandIns(1000, discard)}, []pool.Member{
+		pl, err := pool.New("p", pool.Options{Replicas: 2, StandIns: e.standIns()}, []pool.Member{
 			{Name: a, Addr: a, Weight: 1, Server: e.inner(a)},
 			{Name: b, Addr: b, Weight: 1, Server: e.inner(b)},
 		})
@@ -147,6 +147,13 @@ var impls = []impl{
 }
 
 var discard = slog.New(slog.DiscardHandler)
+
+// standIns is a StandIns closed with the test.
+func (e *env) standIns() *pool.StandIns {
+	l := pool.NewStandIns(1000, discard)
+	e.t.Cleanup(l.Close)
+	return l
+}
 
 // standIn is member 1 of a failover pool, with standIns, whose member 0 is dead; its
 // server is as(a remote server of the kind).

@@ -469,8 +469,12 @@ func (b *Builder) Close(ctx context.Context) error {
 		all = append(all, s)
 	}
 	b.running, b.migrations = nil, nil
+	standIns := b.standIns
 	b.mu.Unlock()
 	closeAll(all)
+	if standIns != nil {
+		standIns.Close() // after the servers: its cleanups' requests then fail at once
+	}
 	done := make(chan struct{})
 	go func() { b.retired.Wait(); close(done) }()
 	select {

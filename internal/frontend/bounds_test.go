@@ -739,3 +739,53 @@ func TestTrainedEstimateBounded(t *testing.T) {
 	}
 	waitFor(t, "the account to go back to zero", func() bool { return buffered(t, reg) == 0 })
 }
+
+// doneThenPanic is a Handler whose Start has its run answered (done called) and then
+// panics, for a run with the key "boom": a panic after done, when the task may already
+// serve the connection's next request.
+type doneThenPanic struct{ frontend.Handler }
+
+func (h doneThenPanic) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
+	boom := false
+	for i := range reqs {
+		boom = boom || boomKey(&reqs[i]) // read before done: reqs are the task's until then
+	}
+	answered := make(chan struct{})
+	if !h.Handler.(frontend.Starter).Start(ctx, order, reqs, resps, func() { done(); close(answered) }) {
+		return false
+	}
+	<-answered
+	if boom {
+		panic("boom after done")
+	}
+	return true
+}
+
+// TestPanicAfterDone: a handler that panics after its run was answered closes its
+// connection and is counted once, without touching the task its answer was made in (which
+// may serve the connection's next request by then); other clients are served.
+func TestPanicAfterDone(t *testing.T) {
+	for _, send := range []string{"get boom\r\n", "get boom a\r\n", "set boom 0 0 1\r\nx\r\nget a\r\n"} {
+		t.Run(strings.TrimSpace(strings.ReplaceAll(send, "\r\n", " ")), func(t *testing.T) {
+			s := &frontend.Server{Handler: doneThenPanic{newProxy(t)}, Logger: slog.New(slog.DiscardHandler)}
+			reg := withMetrics(t, s)
+			ts := startServer(t, s)
+			b := dial(t, ts.addr)
+			setValue(b, "a", []byte("AAA"))
+			a := dial(t, ts.addr)
+			a.send([]byte(send))
+			readToClose(t, a)
+			waitFor(t, "the panicking connection to be gone", func() bool { cur, _ := ts.Connections(); return cur == 1 })
+			// Tasks are pooled by the server: one the panic had touched after its done
+			// would answer one of these early, or twice.
+			pipeline := strings.Repeat("get a\r\nversion\r\n", 50)
+			for range 20 {
+				b.send([]byte(pipeline))
+				b.expect(strings.Repeat("VALUE a 0 3\r\nAAA\r\nEND\r\n"+versionAnswer, 50))
+			}
+			if n := metric(t, reg, "moxi_panics_total", "", ""); n != 1 {
+				t.Errorf("moxi_panics_total = %v, want 1", n)
+			}
+		})
+	}
+}

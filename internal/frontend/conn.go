@@ -617,8 +617,8 @@ func (c *conn) start(t *task) {
 // begin offers t, a run whose turn has come, to the handler's Start; false when it
 // declined, and t is run as any other.
 func (c *conn) begin(t *task) (started bool) {
-	started = true // a panic completes t (recoverPanic): it must not be run again
-	defer c.recoverPanic(t)
+	started = true // a panic completes t (recoverStarted): it must not be run again
+	defer c.recoverStarted(t, t.life.Load())
 	if hook := c.s.PanicHook; hook != nil {
 		if !t.single {
 			hook(&t.req)
@@ -636,13 +636,17 @@ func (c *conn) begin(t *task) (started bool) {
 		t.resps = append(t.resps, protocol.Response{})
 	}
 	t.conn = c
-	return c.starter.Start(t, t.order(), reqs, t.resps, t.finishFunc)
+	return c.starter.Start(c.s.ctx, t.order(), reqs, t.resps, t.finishFunc)
 }
 
-// finishStarted answers t, a run the handler started, once its answers are final. It runs
+// finishStarted answers t, a run the handler started, once its answers are final (the
+// run's done, called once, see Starter), unless a panic in begin answered it first. It runs
 // on whatever goroutine finished the run, a server connection's reader perhaps, and so
 // never waits for the client (see answerQueue.completeNoWait).
 func (c *conn) finishStarted(t *task) {
+	if !t.answer() {
+		return // a panic in begin answered it already (recoverStarted)
+	}
 	if !t.single {
 		c.s.observe(&t.req, t.resps)
 		if len(t.req.Keys) > 1 && valueBytes(t.resps) > partBytes {
@@ -719,9 +723,9 @@ func (c *conn) run(t *task) {
 		return
 	}
 	if t.single {
-		t.resps = c.handler.Handle(t, t.order(), t.batch, t.resps[:0]) // a run, or a lone request made one for Start
+		t.resps = c.handler.Handle(c.s.ctx, t.order(), t.batch, t.resps[:0]) // a run, or a lone request made one for Start
 	} else {
-		t.resps = c.handler.Handle(t, t.order(), t.alone(&t.req), t.resps[:0])
+		t.resps = c.handler.Handle(c.s.ctx, t.order(), t.alone(&t.req), t.resps[:0])
 	}
 	t.turn.Release()
 	c.s.observe(&t.req, t.resps)
@@ -779,7 +783,7 @@ func (c *conn) stream(t *task) {
 		end := min(first+part, len(keys))
 		sub := t.req
 		sub.Keys = keys[first:end]
-		t.resps = c.handler.Handle(t, t.order(), t.alone(&sub), t.resps[:0])
+		t.resps = c.handler.Handle(c.s.ctx, t.order(), t.alone(&sub), t.resps[:0])
 		avg := c.s.observe(&sub, t.resps)
 		ended, err := c.writeParts(t, &sub, t.resps, first, end == len(keys))
 		clear(t.resps)

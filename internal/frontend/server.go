@@ -163,10 +163,32 @@ func (s *Server) RegisterMetrics(reg prometheus.Registerer) {
 // the request that panicked (nil when the reader did), gives its turn on and completes, so
 // that the requests behind it do not wait for it.
 func (c *conn) recoverPanic(t *task) {
+	if r := recover(); r != nil {
+		c.panicked(r, t)
+	}
+}
+
+// recoverStarted is recoverPanic for begin, which offers t to the handler's Start: the run
+// may have been answered already (its done called, t recycled and serving another
+// request), or be answered later. So t is answered here only if it was not yet, by the
+// same gate as done's (task.answer, for t's life when begin began); and a t answered here
+// is never recycled, so that a done that comes later finds it answered and leaves it.
+func (c *conn) recoverStarted(t *task, life uint64) {
 	r := recover()
 	if r == nil {
 		return
 	}
+	if !t.life.CompareAndSwap(life, life|answeredBit) {
+		c.panicked(r, nil) // done answered t: it may serve another request by now
+		return
+	}
+	t.poisoned = true
+	c.panicked(r, t)
+}
+
+// panicked handles a panic r while serving t (nil: a task no longer the panic's to end):
+// it is counted and logged, the connection's answers stop, and t is completed.
+func (c *conn) panicked(r any, t *task) {
 	s := c.s
 	s.panics.Add(1)
 	s.closedFor(closedPanic)
@@ -394,13 +416,16 @@ func (s *Server) getTask() *task {
 	if t, ok := s.tasks.Get().(*task); ok {
 		return t
 	}
-	t := &task{base: s.ctx}
+	t := &task{}
 	t.finishFunc = t.finishStarted
 	return t
 }
 
 // putTask takes a task back once its answer is written.
 func (s *Server) putTask(t *task) {
+	if t.poisoned {
+		return // a late done may still look at it (recoverStarted)
+	}
 	t.reset()
 	s.tasks.Put(t)
 }

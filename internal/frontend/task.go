@@ -1,8 +1,7 @@
 package frontend
 
 import (
-	"context"
-	"time"
+	"sync/atomic"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/turn"
@@ -13,12 +12,12 @@ import (
 // runs it (the reader itself, or a worker when the request is pipelined)
 // owns it until complete, and then the writer, until it is recycled.
 //
-// A task is the context its request is handled with (the server's context, without an
-// allocation per request); the request's turn goes to the handler beside it (order).
+// The handler gets the server's context and the request's turn (order), never the task:
+// a task is recycled once its answer is written, and nothing the handler keeps may refer
+// to it.
 type task struct {
-	base context.Context // the server's handlers' context
-	conn *conn           // the connection, for a worker (see Server.dispatch)
-	turn turn.Turn       // zero for a request run by the reader with nothing else in flight
+	conn *conn     // the connection, for a worker (see Server.dispatch)
+	turn turn.Turn // zero for a request run by the reader with nothing else in flight
 
 	req    protocol.Request
 	lone   [1]protocol.Request // a copy of req, as a run of one for the handler (alone)
@@ -41,6 +40,13 @@ type task struct {
 	done      bool   // complete: out is final; guarded by answerQueue.mu
 
 	finishFunc func() // finishStarted, made once per task: the done of a started run
+
+	// life is the task's generation (one per request it serves, bumped by reset) and, in
+	// its lowest bit, whether a started run's answer was made (answer): the gate between
+	// the run's done and a panic in begin, which may race. poisoned: a panic answered it,
+	// and a late done may still look at it: it is never recycled.
+	life     atomic.Uint64
+	poisoned bool
 
 	fences []uint64 // the fences its writes raised (conn.fences), lowered once it is answered; owned by the reader, then by whoever answers it
 }
@@ -77,12 +83,6 @@ func take(d *[]byte, b []byte) []byte {
 	*d = append(*d, b...)
 	return (*d)[start:len(*d):len(*d)]
 }
-
-func (t *task) Deadline() (time.Time, bool) { return t.base.Deadline() }
-func (t *task) Done() <-chan struct{}       { return t.base.Done() }
-func (t *task) Err() error                  { return t.base.Err() }
-
-func (t *task) Value(key any) any { return t.base.Value(key) }
 
 // order is the request's place in its connection's order, for the handler; nil for a
 // request with none (run by the reader with nothing else in flight).
@@ -140,7 +140,19 @@ func (t *task) bytes() int {
 
 // reset readies the task for reuse, dropping references to values so that they can be
 // collected, and big buffers so that a connection does not pin them.
+// answeredBit is task.life's bit set once a started run's answer is made.
+const answeredBit = 1
+
+// answer claims the making of a started run's answer for its done; false when a panic in
+// begin made it (recoverStarted). Called at most once per request (done's contract), and
+// only before the task is recycled.
+func (t *task) answer() bool {
+	life := t.life.Load()
+	return life&answeredBit == 0 && t.life.CompareAndSwap(life, life|answeredBit)
+}
+
 func (t *task) reset() {
+	t.life.Store((t.life.Load()>>1 + 1) << 1) // the next generation, not answered
 	clear(t.resps)
 	clear(t.batch)
 	clear(t.keys)

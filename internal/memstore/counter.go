@@ -34,7 +34,7 @@ func (s *Store) handleDelta(req *protocol.Request, r *protocol.Response, now int
 		r.Status = protocol.StatusExists
 		return
 	}
-	n, ok := parseCounter(it.value)
+	n, ok := protocol.ParseCounter(it.value)
 	if !ok {
 		r.Status = protocol.StatusNonNumeric
 		return
@@ -64,47 +64,6 @@ func (s *Store) countDelta(incr, hit bool) {
 	default:
 		s.stats.decrMisses++
 	}
-}
-
-// parseCounter reads a stored value as memcached's safe_strtoull does: optional leading
-// white space, an optional sign, decimal digits that fit in 64 bits, then the end or white
-// space (whatever follows is ignored). A minus sign is accepted only where strtoull's
-// negation leaves a value below 2^63, so "-0" is 0 and "-1" is not a number, quirks included
-// because clients can observe them.
-func parseCounter(b []byte) (uint64, bool) {
-	i := 0
-	for i < len(b) && isSpace(b[i]) {
-		i++
-	}
-	neg := false
-	if i < len(b) && (b[i] == '+' || b[i] == '-') {
-		neg = b[i] == '-'
-		i++
-	}
-	start := i
-	var n uint64
-	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
-		d := uint64(b[i] - '0')
-		if n > (1<<64-1-d)/10 {
-			return 0, false // out of range: strtoull's ERANGE
-		}
-		n = n*10 + d
-	}
-	if i == start || (i < len(b) && !isSpace(b[i])) {
-		return 0, false
-	}
-	if neg {
-		n = -n
-		if int64(n) < 0 {
-			return 0, false
-		}
-	}
-	return n, true
-}
-
-// isSpace is C's isspace in the C locale.
-func isSpace(c byte) bool {
-	return c == ' ' || (c >= '\t' && c <= '\r')
 }
 
 // applyDelta is memcached's arithmetic: incr wraps around at 2^64, decr stops at 0.

@@ -370,7 +370,7 @@ func (s *Store) metaArithmetic(req *protocol.Request, r *protocol.Response, now 
 		metaAnswer(r, protocol.MetaEX, flags)
 		return
 	default:
-		n, ok := parseCounter(it.value)
+		n, ok := protocol.ParseCounter(it.value)
 		if !ok {
 			r.Status = protocol.StatusNonNumeric
 			return

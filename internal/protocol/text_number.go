@@ -45,6 +45,25 @@ func textParseUint64(b []byte) (uint64, bool) {
 	return mag, true
 }
 
+// ParseCounter reads a stored value as memcached's incr and decr do (safe_strtoull on the
+// item's data): optional leading white space, then what textParseUint64 accepts, then the
+// end or white space, after which anything is ignored. So "-0" is 0 and "-1" is not a
+// number, quirks included, because clients can observe them.
+func ParseCounter(b []byte) (uint64, bool) {
+	i := 0
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	end := i
+	for end < len(b) && !isSpace(b[end]) {
+		end++
+	}
+	return textParseUint64(b[i:end])
+}
+
+// isSpace is C's isspace in the C locale.
+func isSpace(c byte) bool { return c == ' ' || (c >= '\t' && c <= '\r') }
+
 // textParseUint32 is memcached's safe_strtoul on a 64-bit host: a 64-bit parse whose result is
 // stored in 32 bits, so 4294967297 becomes 1 (as memcached 1.6.18 stores such flags).
 func textParseUint32(b []byte) (uint32, bool) {

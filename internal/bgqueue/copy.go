@@ -7,58 +7,36 @@ import "github.com/moxi-proxy/moxi/internal/protocol"
 // Replies the client asked to suppress (quiet, noreply, a meta q flag) are asked for: the
 // copy's answer goes to its queue's handler, not to the client.
 func CopyRequest(req *protocol.Request) protocol.Request {
-	buf := make([]byte, 0, dataBytes(req))
-	clone := func(b []byte) []byte {
-		if b == nil {
-			return nil
-		}
-		buf = append(buf, b...)
-		return buf[len(buf)-len(b) : len(buf) : len(buf)]
-	}
 	c := protocol.Request{
 		Op: req.Op, Flags: req.Flags, Exptime: req.Exptime, Cas: req.Cas, Delta: req.Delta,
 		Initial: req.Initial, Create: req.Create, Opcode: req.Opcode, Binary: req.Binary, WithKey: req.WithKey,
+		Key: req.Key, Value: req.Value, Keys: req.Keys,
 	}
-	c.Key = clone(req.Key)
-	c.Value = clone(req.Value)
-	if len(req.Keys) > 0 {
-		c.Keys = make([][]byte, len(req.Keys))
-		for i, k := range req.Keys {
-			c.Keys[i] = clone(k)
-		}
-	}
+	var flags []protocol.MetaFlag
 	if req.Op.IsMeta() {
 		c.Meta = req.Meta
-		c.Meta.KeyToken = clone(req.Meta.KeyToken)
+		c.Meta.Quiet = false
 		c.Meta.Flags = make([]protocol.MetaFlag, 0, len(req.Meta.Flags))
 		for _, f := range req.Meta.Flags {
-			if f.Letter == 'q' {
-				continue
+			if f.Letter != 'q' {
+				c.Meta.Flags = append(c.Meta.Flags, f)
 			}
-			c.Meta.Flags = append(c.Meta.Flags, protocol.MetaFlag{Letter: f.Letter, Token: clone(f.Token)})
 		}
-		c.Meta.Quiet = false
+		flags = c.Meta.Flags[:0] // Own copies each flag onto itself, its token into data
 	}
+	data := make([]byte, 0, c.DataBytes())
+	var keys [][]byte
+	if len(c.Keys) > 0 {
+		keys = make([][]byte, 0, len(c.Keys))
+	}
+	c.Own(&data, &keys, &flags)
 	return c
-}
-
-// dataBytes is the bytes req carries, which CopyRequest copies: its keys, value and meta
-// tokens.
-func dataBytes(req *protocol.Request) int {
-	n := len(req.Key) + len(req.Value) + len(req.Meta.KeyToken)
-	for _, k := range req.Keys {
-		n += len(k)
-	}
-	for _, f := range req.Meta.Flags {
-		n += len(f.Token)
-	}
-	return n
 }
 
 // Weight is what a copy of req counts against MaxBytes, by m: with Memory, its data and
 // about 256 bytes of structs, 24 more a key or meta flag.
 func Weight(req *protocol.Request, m Measure) int64 {
-	n := dataBytes(req)
+	n := req.DataBytes()
 	if m == Memory {
 		n += 256 + 24*(len(req.Keys)+len(req.Meta.Flags))
 	}

@@ -789,3 +789,25 @@ func TestPanicAfterDone(t *testing.T) {
 		})
 	}
 }
+
+// TestFencedBehindStream: a multi-get answered part by part, then a set of k and a get of
+// k, in one write, 20 times over. The get waits for the set (its write may be retried, see
+// fences), the set for its turn, which the multi-get holds until its parts are written: the
+// reader, waiting, lets the answers out, and the get answers the set's value. (Over remote
+// servers, TestPipelineDifferential hung here before the reader ended its burst.)
+func TestFencedBehindStream(t *testing.T) {
+	s := &frontend.Server{Handler: newProxy(t), Logger: slog.New(slog.DiscardHandler)}
+	ts := startServer(t, s)
+	c := dial(t, ts.addr)
+	keys := []string{"a", "c", "d", "e", "f", "g", "h", "i", "j"} // more than a part
+	var want strings.Builder
+	for _, k := range keys {
+		setValue(c, k, bytes.Repeat([]byte(k), 3))
+		fmt.Fprintf(&want, "VALUE %s 0 3\r\n%s\r\n", k, strings.Repeat(k, 3))
+	}
+	want.WriteString("END\r\nSTORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n")
+	for range 20 {
+		c.send([]byte("get " + strings.Join(keys, " ") + "\r\nset k 0 0 1\r\nx\r\nget k\r\n"))
+		c.expect(want.String())
+	}
+}

@@ -574,7 +574,7 @@ func (c *conn) answerFits(keys int) bool {
 // unanswered, nothing read behind it), else on a worker, in its turn.
 func (c *conn) start(t *task) {
 	reqs := t.run()
-	c.fences.wait(reqs) // an earlier write of one of its keys may be retried: not overtaken
+	c.fences.wait(reqs, c.answers.endBurst) // an earlier write of one of its keys may be retried: not overtaken
 	t.fences = c.fences.raise(reqs, t.fences)
 	r := &t.req
 	t.weight, t.requests = 1, 1

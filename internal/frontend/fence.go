@@ -75,14 +75,17 @@ func (f *fences) lower(held []uint64) {
 	}
 }
 
-// wait waits until no fence is up for a key of reqs. Only the connection's reader waits.
-// The writes it waits for are answered within their timeouts and retries, whatever the
-// client does (an answer is made before it is written), or when the server's context ends.
-func (f *fences) wait(reqs []protocol.Request) {
+// wait waits until no fence is up for a key of reqs, calling block once before it first
+// blocks. Only the connection's reader waits, and block must let out what the writes it
+// waits for need of it (conn.start ends its burst of answers: a multi-get answered part by
+// part holds the connection's turn until its parts are written, and a fenced write behind
+// it is not dispatched before). The writes are then answered within their timeouts and
+// retries, or when the server's context ends.
+func (f *fences) wait(reqs []protocol.Request, block func()) {
 	if f.up.Load() == 0 {
 		return
 	}
-	for {
+	for blocked := false; ; blocked = true {
 		f.mu.Lock()
 		fenced := f.fencedLocked(reqs)
 		if fenced && f.ended == nil {
@@ -92,6 +95,9 @@ func (f *fences) wait(reqs []protocol.Request) {
 		f.mu.Unlock()
 		if !fenced {
 			return
+		}
+		if !blocked {
+			block()
 		}
 		<-ended
 	}

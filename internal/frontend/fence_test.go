@@ -18,11 +18,11 @@ func TestFences(t *testing.T) {
 		if len(held) != 1 {
 			t.Fatalf("%d fences for a set and an incr, want 1 (the set's)", len(held))
 		}
-		f.wait([]protocol.Request{{Op: protocol.OpGet, Keys: [][]byte{[]byte("other"), []byte("n")}}}) // returns at once
+		f.wait([]protocol.Request{{Op: protocol.OpGet, Keys: [][]byte{[]byte("other"), []byte("n")}}}, func() { t.Error("a get of other keys blocked") })
 
 		var passed bool
 		go func() {
-			f.wait([]protocol.Request{{Op: protocol.OpGet, Keys: [][]byte{[]byte("a"), []byte("k")}}})
+			f.wait([]protocol.Request{{Op: protocol.OpGet, Keys: [][]byte{[]byte("a"), []byte("k")}}}, func() {})
 			passed = true
 		}()
 		synctest.Wait()

@@ -61,28 +61,9 @@ type span struct {
 	owned          bool
 }
 
-// ownMeta copies the bytes of the meta request r into t.data, and its flags into t.flags,
-// so that r no longer refers to the decoder's buffers. (A copy made before data or flags
-// grew stays where it was, intact: they only ever grow by appending.)
-func (t *task) ownMeta(r *protocol.Request) {
-	m := &r.Meta
-	r.Key, r.Value, m.KeyToken = take(&t.data, r.Key), take(&t.data, r.Value), take(&t.data, m.KeyToken)
-	first := len(t.flags)
-	for _, f := range m.Flags {
-		t.flags = append(t.flags, protocol.MetaFlag{Letter: f.Letter, Token: take(&t.data, f.Token)})
-	}
-	m.Flags = t.flags[first:len(t.flags):len(t.flags)]
-}
-
-// take appends b to *d and returns the copy. nil stays nil.
-func take(d *[]byte, b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	start := len(*d)
-	*d = append(*d, b...)
-	return (*d)[start:len(*d):len(*d)]
-}
+// ownMeta copies the bytes of the meta request r, one of a run, into t (protocol.Request.Own),
+// so that r no longer refers to the decoder's buffers.
+func (t *task) ownMeta(r *protocol.Request) { r.Own(&t.data, &t.keys, &t.flags) }
 
 // order is the request's place in its connection's order, for the handler; nil for a
 // request with none (run by the reader with nothing else in flight).
@@ -101,28 +82,11 @@ func (t *task) own() {
 		return
 	}
 	r := &t.req
-	if r.Op.IsMeta() {
-		t.data = t.data[:0]
-		t.ownMeta(r)
-		return
-	}
-	n := len(r.Key) + len(r.Value) + len(r.Args)
-	for _, k := range r.Keys {
-		n += len(k)
-	}
-	if cap(t.data) < n {
+	if n := r.DataBytes(); cap(t.data) < n {
 		t.data = make([]byte, 0, n)
 	}
-	d := t.data[:0]
-	r.Key, r.Value, r.Args = take(&d, r.Key), take(&d, r.Value), take(&d, r.Args)
-	if len(r.Keys) > 0 {
-		t.keys = t.keys[:0]
-		for _, k := range r.Keys {
-			t.keys = append(t.keys, take(&d, k))
-		}
-		r.Keys = t.keys
-	}
-	t.data = d
+	t.data, t.keys, t.flags = t.data[:0], t.keys[:0], t.flags[:0]
+	r.Own(&t.data, &t.keys, &t.flags)
 }
 
 // bytes is the bytes the task's request holds, as the connection's account counts them.

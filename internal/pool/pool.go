@@ -236,3 +236,43 @@ func (p *Pool) Len() int { return len(p.members) }
 
 // Member is the i'th member, in config order.
 func (p *Pool) Member(i int) *Member { return &p.members[i] }
+
+// Itself is p, for every key: GroupByMember's poolFor within one pool.
+func (p *Pool) Itself([]byte) *Pool { return p }
+
+// Group is the keys of a request that one member serves: their positions in the request's
+// idx (see GroupByMember).
+type Group struct {
+	Pool   *Pool
+	Member *Member
+	At     []int
+}
+
+// GroupByMember groups keys[i], for each i in idx, by the member that serves it in the pool
+// poolFor names for it; Group.At holds positions in idx (key indexes when idx is nil, which
+// means every key). The groups come in the order their first key does. A request has few
+// distinct members, so a linear scan beats a map.
+func GroupByMember(poolFor func(key []byte) *Pool, keys [][]byte, idx []int) []Group {
+	var groups []Group
+	n := len(idx)
+	if idx == nil {
+		n = len(keys)
+	}
+	for j := range n {
+		i := j
+		if idx != nil {
+			i = idx[j]
+		}
+		pl := poolFor(keys[i])
+		m := pl.Member(pl.Locate(keys[i]))
+		g := 0
+		for g < len(groups) && groups[g].Member != m {
+			g++
+		}
+		if g == len(groups) {
+			groups = append(groups, Group{Pool: pl, Member: m})
+		}
+		groups[g].At = append(groups[g].At, j)
+	}
+	return groups
+}

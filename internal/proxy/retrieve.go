@@ -162,13 +162,6 @@ func (p *Proxy) fetch(ctx context.Context, order *turn.Turn, t *topology.Topolog
 	p.fanOut(ctx, order, t.PoolFor, req, out, idx)
 }
 
-// share is the keys of one request that one member serves: indexes into the request.
-type share struct {
-	pool   *pool.Pool
-	member *pool.Member
-	idx    []int
-}
-
 // fanOut fetches req.Keys[i] for every i in idx (all keys when idx is nil) into out[i],
 // placing each key with poolFor. A share whose server did not answer is tried again, up to
 // its pool's retries, after placing its keys anew (failover may have moved them).
@@ -200,12 +193,12 @@ func (p *Proxy) fanOut(ctx context.Context, order *turn.Turn, poolFor func([]byt
 				continue
 			}
 			sh := &shares[s]
-			if attempt < sh.pool.Retries() && ctx.Err() == nil {
-				idx = append(idx, sh.idx...)
+			if attempt < sh.Pool.Retries() && ctx.Err() == nil {
+				idx = append(idx, sh.At...)
 				continue
 			}
-			failed := protocol.Response{Status: protocol.StatusTempFailure, Msg: backendMsg(sh.member, err)}
-			for _, i := range sh.idx {
+			failed := protocol.Response{Status: protocol.StatusTempFailure, Msg: backendMsg(sh.Member, err)}
+			for _, i := range sh.At {
 				out[i] = failed
 				out[i].Key = req.Keys[i]
 			}
@@ -213,40 +206,33 @@ func (p *Proxy) fanOut(ctx context.Context, order *turn.Turn, poolFor func([]byt
 	}
 }
 
-// split groups the keys at idx by the member that serves them. A request has few distinct
-// members, so a linear scan beats a map.
-func split(poolFor func([]byte) *pool.Pool, keys [][]byte, idx []int) []share {
-	var shares []share
-	for _, i := range idx {
-		pl := poolFor(keys[i])
-		m := pl.Member(pl.Locate(keys[i]))
-		s := 0
-		for s < len(shares) && shares[s].member != m {
-			s++
+// split groups the keys at idx by the member that serves them, each group's At the keys'
+// indexes in the request.
+func split(poolFor func([]byte) *pool.Pool, keys [][]byte, idx []int) []pool.Group {
+	groups := pool.GroupByMember(poolFor, keys, idx)
+	for _, g := range groups {
+		for n, j := range g.At {
+			g.At[n] = idx[j]
 		}
-		if s == len(shares) {
-			shares = append(shares, share{pool: pl, member: m})
-		}
-		shares[s].idx = append(shares[s].idx, i)
 	}
-	return shares
+	return groups
 }
 
 // fetchShare sends one member its share of req's keys and places the answers in out.
-func (p *Proxy) fetchShare(ctx context.Context, order *turn.Turn, req *protocol.Request, sh *share, out []protocol.Response) error {
-	if len(sh.idx) == len(req.Keys) && sh.idx[0] == 0 && sh.idx[len(sh.idx)-1] == len(req.Keys)-1 {
-		return sh.member.Server.Do(ctx, order, req, out) // one server has every key, in order
+func (p *Proxy) fetchShare(ctx context.Context, order *turn.Turn, req *protocol.Request, sh *pool.Group, out []protocol.Response) error {
+	if len(sh.At) == len(req.Keys) && sh.At[0] == 0 && sh.At[len(sh.At)-1] == len(req.Keys)-1 {
+		return sh.Member.Server.Do(ctx, order, req, out) // one server has every key, in order
 	}
 	sub := *req
-	sub.Keys = make([][]byte, len(sh.idx))
-	for j, i := range sh.idx {
+	sub.Keys = make([][]byte, len(sh.At))
+	for j, i := range sh.At {
 		sub.Keys[j] = req.Keys[i]
 	}
-	answers := make([]protocol.Response, len(sh.idx))
-	if err := sh.member.Server.Do(ctx, order, &sub, answers); err != nil {
+	answers := make([]protocol.Response, len(sh.At))
+	if err := sh.Member.Server.Do(ctx, order, &sub, answers); err != nil {
 		return err
 	}
-	for j, i := range sh.idx {
+	for j, i := range sh.At {
 		out[i] = answers[j]
 	}
 	return nil

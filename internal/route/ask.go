@@ -14,7 +14,7 @@ import (
 // answered[j] reports whether the server of req.Keys[idx[j]] answered. Each server is
 // asked once: a pool asked on another's behalf (a backup, a shadow) is not retried.
 func askEach(ctx context.Context, order *turn.Turn, pl *pool.Pool, req *protocol.Request, out []protocol.Response, idx []int) (answered []bool) {
-	shares := byMember(pl, req.Keys, idx)
+	shares := pool.GroupByMember(pl.Itself, req.Keys, idx)
 	answered = make([]bool, len(idx))
 	var wg sync.WaitGroup
 	for _, sh := range shares {
@@ -22,45 +22,21 @@ func askEach(ctx context.Context, order *turn.Turn, pl *pool.Pool, req *protocol
 		go func() {
 			defer wg.Done()
 			sub := *req
-			sub.Keys = make([][]byte, len(sh.at))
-			for n, j := range sh.at {
+			sub.Keys = make([][]byte, len(sh.At))
+			for n, j := range sh.At {
 				sub.Keys[n] = req.Keys[idx[j]]
 			}
 			answers := make([]protocol.Response, len(sub.Keys))
-			if err := sh.m.Server.Do(ctx, order, &sub, answers); err != nil {
+			if err := sh.Member.Server.Do(ctx, order, &sub, answers); err != nil {
 				return
 			}
-			for n, j := range sh.at {
+			for n, j := range sh.At {
 				out[idx[j]], answered[j] = answers[n], true
 			}
 		}()
 	}
 	wg.Wait()
 	return answered
-}
-
-// share is the keys at idx that one member of a pool serves.
-type share struct {
-	m  *pool.Member
-	at []int // into idx
-}
-
-// byMember groups keys[i], for i in idx, by the member of pl that serves them. A request
-// has few distinct members, so a linear scan beats a map.
-func byMember(pl *pool.Pool, keys [][]byte, idx []int) []share {
-	var shares []share
-	for j, i := range idx {
-		m := pl.Member(pl.Locate(keys[i]))
-		s := 0
-		for s < len(shares) && shares[s].m != m {
-			s++
-		}
-		if s == len(shares) {
-			shares = append(shares, share{m: m})
-		}
-		shares[s].at = append(shares[s].at, j)
-	}
-	return shares
 }
 
 // all is the indexes 0 to n-1.

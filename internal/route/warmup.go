@@ -218,18 +218,18 @@ func (w *warmUp) copyIn(ctx context.Context, order *turn.Turn, k []byte, it *ite
 func (w *warmUp) readOld(ctx context.Context, order *turn.Turn, keys [][]byte, idx []int) []itemcopy.Item {
 	items := make([]itemcopy.Item, len(idx))
 	var wg sync.WaitGroup
-	for _, b := range byMember(w.from, keys, idx) {
+	for _, b := range pool.GroupByMember(w.from.Itself, keys, idx) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reqs := make([]protocol.Request, len(b.at))
-			resps := make([]protocol.Response, len(b.at))
-			errs := make([]error, len(b.at))
-			for n, j := range b.at {
+			reqs := make([]protocol.Request, len(b.At))
+			resps := make([]protocol.Response, len(b.At))
+			errs := make([]error, len(b.At))
+			for n, j := range b.At {
 				reqs[n] = itemcopy.Get(keys[idx[j]])
 			}
-			b.m.Server.DoBatch(ctx, order, reqs, resps, errs)
-			for n, j := range b.at {
+			b.Member.Server.DoBatch(ctx, order, reqs, resps, errs)
+			for n, j := range b.At {
 				if errs[n] == nil {
 					items[j] = itemcopy.Parse(&resps[n])
 				}

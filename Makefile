@@ -42,6 +42,8 @@ fuzz:
 	go test -run='^$$' -fuzz='^FuzzParseUsers$$' -fuzztime=$(FUZZTIME) ./internal/config/
 	go test -run='^$$' -fuzz='^FuzzParsePlain$$' -fuzztime=$(FUZZTIME) ./internal/auth/
 	go test -run='^$$' -fuzz='^FuzzParseText$$' -fuzztime=$(FUZZTIME) ./internal/auth/
+	go test -run='^$$' -fuzz='^FuzzParseMetadumpLine$$' -fuzztime=$(FUZZTIME) ./internal/migrate/
+	go test -run='^$$' -fuzz='^FuzzReadItem$$' -fuzztime=$(FUZZTIME) ./internal/migrate/
 
 bench:
 	go test -run='^$$' -bench=. -benchmem ./internal/...

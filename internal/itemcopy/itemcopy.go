@@ -21,18 +21,27 @@ type Item struct {
 	TTL   int64 // remaining seconds; -1: no expiry
 }
 
-// Get is "mg <key> v f t": the value, its client flags and its remaining TTL. A key that is
-// no text token (a binary client's) goes base64 with b.
+// Delete is "md <key>", the key sent as Get sends it.
+func Delete(k []byte) protocol.Request { return keyed(protocol.OpMetaDelete, k) }
+
+// Get is "mg <key> v f t": the value, its client flags and its remaining TTL.
 func Get(k []byte) protocol.Request {
-	req := protocol.Request{Op: protocol.OpMetaGet, Key: k}
+	req := keyed(protocol.OpMetaGet, k)
+	req.Meta.ReturnValue = true
+	req.Meta.Flags = append(req.Meta.Flags, protocol.MetaFlag{Letter: 'v'}, protocol.MetaFlag{Letter: 'f'}, protocol.MetaFlag{Letter: 't'})
+	return req
+}
+
+// keyed is a meta request op of key k: a key that is no text token (a binary client's)
+// goes base64 with b.
+func keyed(op protocol.Op, k []byte) protocol.Request {
+	req := protocol.Request{Op: op, Key: k}
 	req.Meta.KeyToken = k
 	if !textToken(k) {
 		req.Meta.KeyToken = base64.StdEncoding.AppendEncode(nil, k)
 		req.Meta.Base64 = true
 		req.Meta.Flags = append(req.Meta.Flags, protocol.MetaFlag{Letter: 'b'})
 	}
-	req.Meta.ReturnValue = true
-	req.Meta.Flags = append(req.Meta.Flags, protocol.MetaFlag{Letter: 'v'}, protocol.MetaFlag{Letter: 'f'}, protocol.MetaFlag{Letter: 't'})
 	return req
 }
 

@@ -3,95 +3,49 @@ package migrate
 import (
 	"bufio"
 	"bytes"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
+
+	"github.com/moxi-proxy/moxi/internal/itemcopy"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 // The old server is read with memcached's meta protocol (text), which, unlike the binary
-// protocol, tells an item's remaining TTL: a copy keeps it. Keys travel base64-encoded
-// (the b flag), so that any key a binary client could store survives the text protocol.
-
-// Item is a value read from the old server.
-type Item struct {
-	Found bool
-	Value []byte
-	Flags uint32
-	TTL   int64 // seconds left; -1 = never expires
-}
-
-// appendMetaGet appends a meta get of key asking for value, client flags and TTL.
-func appendMetaGet(dst, key []byte) []byte {
-	dst = append(dst, "mg "...)
-	dst = base64.StdEncoding.AppendEncode(dst, key)
-	return append(dst, " b t f v\r\n"...)
-}
-
-// appendMetaDelete appends a meta delete of key.
-func appendMetaDelete(dst, key []byte) []byte {
-	dst = append(dst, "md "...)
-	dst = base64.StdEncoding.AppendEncode(dst, key)
-	return append(dst, " b\r\n"...)
-}
+// protocol, tells an item's remaining TTL: a copy keeps it. The requests and the items are
+// package itemcopy's, encoded and read by protocol's meta codec.
 
 // errMeta is an answer the old server should not have given.
 var errMeta = errors.New("unexpected meta answer")
 
-// readMetaGet reads the answer to one appendMetaGet, the value bounded by maxValue.
-func readMetaGet(r *bufio.Reader, maxValue int) (Item, error) {
-	line, err := readLine(r)
-	if err != nil {
-		return Item{}, err
+// readItem reads the answer to itemcopy.Get, the value bounded by lim.
+func readItem(r *bufio.Reader, lim protocol.Limits) (itemcopy.Item, error) {
+	var resp protocol.Response
+	if err := protocol.ReadMetaAnswer(r, lim, &resp); err != nil {
+		return itemcopy.Item{}, err
 	}
-	if bytes.Equal(line, []byte("EN")) {
-		return Item{}, nil
+	if c := resp.Meta.Code; c != protocol.MetaVA && c != protocol.MetaEN {
+		return itemcopy.Item{}, fmt.Errorf("%w to mg: %s", errMeta, answerText(&resp))
 	}
-	fields := bytes.Fields(line)
-	if len(fields) < 2 || string(fields[0]) != "VA" {
-		return Item{}, fmt.Errorf("%w: %q", errMeta, line)
-	}
-	size, err := strconv.Atoi(string(fields[1]))
-	if err != nil || size < 0 || size > maxValue {
-		return Item{}, fmt.Errorf("%w: value size in %q", errMeta, line)
-	}
-	it := Item{Found: true, TTL: -1}
-	for _, f := range fields[2:] {
-		switch f[0] {
-		case 't':
-			if it.TTL, err = strconv.ParseInt(string(f[1:]), 10, 64); err != nil {
-				return Item{}, fmt.Errorf("%w: ttl in %q", errMeta, line)
-			}
-		case 'f':
-			v, err := strconv.ParseUint(string(f[1:]), 10, 32)
-			if err != nil {
-				return Item{}, fmt.Errorf("%w: flags in %q", errMeta, line)
-			}
-			it.Flags = uint32(v)
-		}
-	}
-	it.Value = make([]byte, size+2)
-	if _, err := readFull(r, it.Value); err != nil {
-		return Item{}, err
-	}
-	if !bytes.HasSuffix(it.Value, []byte("\r\n")) {
-		return Item{}, fmt.Errorf("%w: value not ended by CRLF", errMeta)
-	}
-	it.Value = it.Value[:size:size]
-	return it, nil
+	return itemcopy.Parse(&resp), nil
 }
 
-// readMetaDelete reads the answer to one appendMetaDelete: whether the key was there.
-func readMetaDelete(r *bufio.Reader) (bool, error) {
-	line, err := readLine(r)
-	if err != nil {
+// readDeleted reads the answer to itemcopy.Delete: whether the key was there.
+func readDeleted(r *bufio.Reader, lim protocol.Limits) (bool, error) {
+	var resp protocol.Response
+	if err := protocol.ReadMetaAnswer(r, lim, &resp); err != nil {
 		return false, err
 	}
-	if s := string(line); s != "HD" && s != "NF" {
-		return false, fmt.Errorf("%w: %q", errMeta, line)
+	if c := resp.Meta.Code; c != protocol.MetaHD && c != protocol.MetaNF {
+		return false, fmt.Errorf("%w to md: %s", errMeta, answerText(&resp))
 	}
-	return string(line) == "HD", nil
+	return resp.Meta.Code == protocol.MetaHD, nil
+}
+
+// answerText is resp as the server wrote it, for an error.
+func answerText(resp *protocol.Response) string {
+	return strconv.Quote(string(protocol.AppendTextResponse(nil, &protocol.Request{Op: protocol.OpMetaGet}, []protocol.Response{*resp})))
 }
 
 // readLine reads one line without its CRLF or LF, bounded by the reader's buffer.
@@ -101,18 +55,6 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimRight(line, "\r\n"), nil
-}
-
-func readFull(r *bufio.Reader, b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		m, err := r.Read(b[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 // DumpEntry is one line of "lru_crawler metadump" (hash or all).

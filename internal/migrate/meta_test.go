@@ -3,8 +3,12 @@ package migrate
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/moxi-proxy/moxi/internal/itemcopy"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
 func TestParseMetadumpLine(t *testing.T) {
@@ -34,28 +38,46 @@ func TestParseMetadumpLine(t *testing.T) {
 }
 
 func TestMetaGetAnswers(t *testing.T) {
-	r := bufio.NewReader(strings.NewReader("VA 5 t78 f42\r\nhello\r\nEN\r\nVA 1 t-1 f0\r\nx\r\nVA 99 t1\r\n"))
-	it, err := readMetaGet(r, 1024)
+	r := bufio.NewReader(strings.NewReader("VA 5 t78 f42\r\nhello\r\nEN\r\nVA 1 t-1 f0\r\nx\r\nHD\r\nVA 99 t1\r\n"))
+	lim := protocol.Limits{MaxValueBytes: 1024}
+	it, err := readItem(r, lim)
 	if err != nil || !it.Found || string(it.Value) != "hello" || it.TTL != 78 || it.Flags != 42 {
 		t.Fatalf("hit: %+v %v", it, err)
 	}
-	if it, err := readMetaGet(r, 1024); err != nil || it.Found {
+	if it, err := readItem(r, lim); err != nil || it.Found {
 		t.Fatalf("miss: %+v %v", it, err)
 	}
-	if it, err := readMetaGet(r, 1024); err != nil || it.TTL != -1 {
+	if it, err := readItem(r, lim); err != nil || it.TTL != -1 {
 		t.Fatalf("no expiry: %+v %v", it, err)
 	}
-	if _, err := readMetaGet(r, 10); err == nil {
+	if _, err := readItem(r, lim); !errors.Is(err, errMeta) {
+		t.Fatalf("HD to an mg: %v, want errMeta", err)
+	}
+	if _, err := readItem(r, protocol.Limits{MaxValueBytes: 10}); err == nil {
 		t.Fatal("a value over the bound was accepted")
 	}
 }
 
+func TestMetaDeleteAnswers(t *testing.T) {
+	r := bufio.NewReader(strings.NewReader("HD\r\nNF\r\nEN\r\n"))
+	for _, want := range []bool{true, false} {
+		if found, err := readDeleted(r, protocol.Limits{}); err != nil || found != want {
+			t.Fatalf("delete: %v %v, want %v", found, err, want)
+		}
+	}
+	if _, err := readDeleted(r, protocol.Limits{}); !errors.Is(err, errMeta) {
+		t.Fatalf("EN to an md: %v, want errMeta", err)
+	}
+}
+
 func TestMetaEncodingBase64Keys(t *testing.T) {
-	got := string(appendMetaGet(nil, []byte("a key\x00with bytes")))
-	if !strings.HasPrefix(got, "mg ") || strings.Count(got, " ") != 5 || !strings.HasSuffix(got, " b t f v\r\n") {
+	get := itemcopy.Get([]byte("a key\x00with bytes"))
+	got := string(protocol.AppendMetaRequest(nil, &get))
+	if !strings.HasPrefix(got, "mg ") || strings.Count(got, " ") != 5 || !strings.HasSuffix(got, " b v f t\r\n") {
 		t.Fatalf("meta get %q: a key with spaces must travel base64-encoded", got)
 	}
-	if got := appendMetaDelete(nil, []byte("k")); !bytes.Equal(got, []byte("md aw== b\r\n")) {
+	del := itemcopy.Delete([]byte("k"))
+	if got := protocol.AppendMetaRequest(nil, &del); !bytes.Equal(got, []byte("md k\r\n")) {
 		t.Fatalf("meta delete %q", got)
 	}
 }
@@ -72,12 +94,12 @@ func FuzzParseMetadumpLine(f *testing.F) {
 	})
 }
 
-func FuzzReadMetaGet(f *testing.F) {
+func FuzzReadItem(f *testing.F) {
 	for _, s := range []string{"VA 5 t78 f42\r\nhello\r\n", "EN\r\n", "VA -1\r\n", "VA 3 tx\r\nabc\r\n", "VA 2\r\nabcd"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		it, err := readMetaGet(bufio.NewReader(bytes.NewReader(in)), 1<<10)
+		it, err := readItem(bufio.NewReader(bytes.NewReader(in)), protocol.Limits{MaxValueBytes: 1 << 10})
 		if err == nil && it.Found && len(it.Value) > 1<<10 {
 			t.Fatalf("value of %d bytes over the bound", len(it.Value))
 		}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/itemcopy"
 	"github.com/moxi-proxy/moxi/internal/keyhash"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
@@ -355,15 +356,15 @@ func (m *Migration) read(ctx context.Context, order *turn.Turn, req *protocol.Re
 // copied to the new server after the answer. When the old server fails, the misses stand
 // (a correct answer) and for a while reads do not wait for it again. A reshard's server
 // asks it directly for the keys of a multi-get whose old servers differ.
-func (m *Migration) ReadMissed(ctx context.Context, keys [][]byte) []Item {
+func (m *Migration) ReadMissed(ctx context.Context, keys [][]byte) []itemcopy.Item {
 	if len(keys) == 0 || m.Phase() == Done || time.Now().UnixNano() < m.oldDownUntil.Load() {
-		return make([]Item, len(keys))
+		return make([]itemcopy.Item, len(keys))
 	}
 	items, err := m.copyKeys(ctx, keys, true)
 	if err != nil {
 		m.oldDownUntil.Store(time.Now().Add(oldRetryAfter).UnixNano())
 		m.opts.Logger.Warn("migration: the old server did not answer a read; misses stand", "server", m.opts.Name, "from", m.opts.From, "err", err, "retry_in", oldRetryAfter)
-		return make([]Item, len(keys))
+		return make([]itemcopy.Item, len(keys))
 	}
 	if m.opts.DeleteMoved {
 		m.recheck(ctx, keys, items)
@@ -374,7 +375,7 @@ func (m *Migration) ReadMissed(ctx context.Context, keys [][]byte) []Item {
 // recheck reads again from the new server the keys the old one did not have: the
 // background copy may have moved them there, and deleted them on the old one, between the
 // read that missed on the new server and the read of the old.
-func (m *Migration) recheck(ctx context.Context, keys [][]byte, items []Item) {
+func (m *Migration) recheck(ctx context.Context, keys [][]byte, items []itemcopy.Item) {
 	var ask [][]byte
 	var at []int
 	for j, it := range items {
@@ -392,7 +393,7 @@ func (m *Migration) recheck(ctx context.Context, keys [][]byte, items []Item) {
 	}
 	for i := range resps {
 		if resps[i].Status == protocol.StatusOK {
-			items[at[i]] = Item{Found: true, Value: resps[i].Value, Flags: resps[i].Flags}
+			items[at[i]] = itemcopy.Item{Found: true, Value: resps[i].Value, Flags: resps[i].Flags}
 		}
 	}
 }
@@ -402,7 +403,7 @@ func (m *Migration) recheck(ctx context.Context, keys [][]byte, items []Item) {
 // later, the adds are made in the background, after the answer: a read-through then costs
 // the reader two round trips, not three. Either way an add happens under the key's stripe
 // lock and only if no client has written the key since, so it cannot land after a write.
-func (m *Migration) copyKeys(ctx context.Context, keys [][]byte, later bool) ([]Item, error) {
+func (m *Migration) copyKeys(ctx context.Context, keys [][]byte, later bool) ([]itemcopy.Item, error) {
 	locks := m.lockStripes(keys)
 	var ask [][]byte
 	var at []int
@@ -411,7 +412,7 @@ func (m *Migration) copyKeys(ctx context.Context, keys [][]byte, later bool) ([]
 			ask, at = append(ask, k), append(at, i)
 		}
 	}
-	out := make([]Item, len(keys))
+	out := make([]itemcopy.Item, len(keys))
 	if len(ask) == 0 {
 		unlockAll(locks)
 		return out, nil
@@ -453,11 +454,13 @@ func (m *Migration) copyKeys(ctx context.Context, keys [][]byte, later bool) ([]
 
 // addAll adds every found item to the new server, as one batch (the backend pipelines
 // it: one round trip). Its caller holds the keys' stripe locks.
-func (m *Migration) addAll(ctx context.Context, keys [][]byte, items []Item) error {
+func (m *Migration) addAll(ctx context.Context, keys [][]byte, items []itemcopy.Item) error {
 	var adds []protocol.Request
-	for j, it := range items {
-		if it.Found {
-			adds = append(adds, protocol.Request{Op: protocol.OpAdd, Key: keys[j], Value: it.Value, Flags: it.Flags, Exptime: exptime(it.TTL)})
+	for j := range items {
+		if it := &items[j]; it.Found {
+			if exptime, ok := itemcopy.Exptime(it.TTL); ok {
+				adds = append(adds, itemcopy.Store(protocol.OpAdd, keys[j], it, exptime))
+			}
 		}
 	}
 	if len(adds) == 0 {
@@ -474,20 +477,6 @@ func (m *Migration) addAll(ctx context.Context, keys [][]byte, items []Item) err
 		}
 	}
 	return nil
-}
-
-// exptime is the expiry to store for a TTL read from the old server: memcached reads
-// values over 30 days as absolute times.
-func exptime(ttl int64) int64 {
-	switch {
-	case ttl < 0:
-		return 0
-	case ttl == 0:
-		return -1 // expires this second
-	case ttl > 30*24*3600:
-		return time.Now().Unix() + ttl
-	}
-	return ttl
 }
 
 func (m *Migration) markTouched(k []byte) {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/itemcopy"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -59,6 +60,11 @@ func newOldServer(addr string, conns int, timeout time.Duration, maxValue int, d
 	return o
 }
 
+// limits bound what the old server's answers may make moxi read: values up to maxValue.
+func (o *oldServer) limits() protocol.Limits {
+	return protocol.Limits{MaxValueBytes: o.maxValue}
+}
+
 // with runs fn on an idle connection (dialing it if needed), with a deadline. A connection
 // that fn fails on is closed: like gomemcache, only a connection known to be clean goes back.
 func (o *oldServer) with(ctx context.Context, deadline time.Duration, fn func(c *textConn) error) error {
@@ -87,18 +93,19 @@ func (o *oldServer) with(ctx context.Context, deadline time.Duration, fn func(c 
 }
 
 // get reads keys, pipelined: one round trip for the batch.
-func (o *oldServer) get(ctx context.Context, keys [][]byte) ([]Item, error) {
-	items := make([]Item, len(keys))
+func (o *oldServer) get(ctx context.Context, keys [][]byte) ([]itemcopy.Item, error) {
+	items := make([]itemcopy.Item, len(keys))
 	err := o.with(ctx, o.timeout+time.Duration(len(keys))*time.Millisecond, func(c *textConn) error {
 		var buf []byte
 		for _, k := range keys {
-			buf = appendMetaGet(buf, k)
+			req := itemcopy.Get(k)
+			buf = protocol.AppendMetaRequest(buf, &req)
 		}
 		if _, err := c.nc.Write(buf); err != nil {
 			return err
 		}
 		for i := range keys {
-			it, err := readMetaGet(c.r, o.maxValue)
+			it, err := readItem(c.r, o.limits())
 			if err != nil {
 				return err
 			}
@@ -112,10 +119,11 @@ func (o *oldServer) get(ctx context.Context, keys [][]byte) ([]Item, error) {
 // delete deletes key and reports whether it was there; a missing key is no error.
 func (o *oldServer) delete(ctx context.Context, key []byte) (found bool, err error) {
 	err = o.with(ctx, o.timeout, func(c *textConn) error {
-		if _, err := c.nc.Write(appendMetaDelete(nil, key)); err != nil {
+		req := itemcopy.Delete(key)
+		if _, err := c.nc.Write(protocol.AppendMetaRequest(nil, &req)); err != nil {
 			return err
 		}
-		found, err = readMetaDelete(c.r)
+		found, err = readDeleted(c.r, o.limits())
 		return err
 	})
 	return found, err
@@ -127,13 +135,14 @@ func (o *oldServer) deleteAll(ctx context.Context, keys [][]byte) error {
 	return o.with(ctx, o.timeout+time.Duration(len(keys))*time.Millisecond, func(c *textConn) error {
 		var buf []byte
 		for _, k := range keys {
-			buf = appendMetaDelete(buf, k)
+			req := itemcopy.Delete(k)
+			buf = protocol.AppendMetaRequest(buf, &req)
 		}
 		if _, err := c.nc.Write(buf); err != nil {
 			return err
 		}
 		for range keys {
-			if _, err := readMetaDelete(c.r); err != nil {
+			if _, err := readDeleted(c.r, o.limits()); err != nil {
 				return err
 			}
 		}

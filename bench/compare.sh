@@ -11,6 +11,7 @@
 #   bench/compare.sh                 # 3 rounds of 10 s each, ascii then binary
 #   ROUNDS=5 DURATION=20s bench/compare.sh
 #   PROFILE=bench/moxi.cpu bench/compare.sh   # also a CPU profile of moxi during one ascii run
+#   MOXI_BASE=b200225 bench/compare.sh        # also moxi built at that commit, in the same rounds
 #
 # Everything listens on 127.0.0.1 ports chosen here and is stopped on exit.
 set -euo pipefail
@@ -22,6 +23,7 @@ CONCURRENCY=${CONCURRENCY:-32}
 VALUE=${VALUE:-100}
 setup ./scripts/install-bench-deps.sh
 build_moxi
+build_base
 # moxi has an admin port for PROFILE's pprof endpoint.
 admin=$(freeport)
 start_targets --admin "127.0.0.1:$admin" ${PROFILE:+--pprof}
@@ -32,7 +34,8 @@ waitport "$fl1"; waitport "$fl2"
 
 declare -A pidof=([twemproxy]=$twpid [moxi]=$mxpid [moxi-1thread]=$mx1pid [moxi-binary]=$mxpid [moxi-1thread-bin]=$mx1pid
 	[haproxy-1thread]=$hp1pid [haproxy-2threads]=$hp2pid [haproxy-1thread-bin]=$hp1pid [haproxy-2threads-bin]=$hp2pid
-	[floor-1loop]=$fl1pid [floor-2loops]=$fl2pid [floor-1loop-bin]=$fl1pid [floor-2loops-bin]=$fl2pid)
+	[floor-1loop]=$fl1pid [floor-2loops]=$fl2pid [floor-1loop-bin]=$fl1pid [floor-2loops-bin]=$fl2pid
+	[moxi-base]=$mxbpid [moxi-base-bin]=$mxbpid)
 hz=$(getconf CLK_TCK)
 
 # run NAME PORT [memcaslap flags...]: one memcaslap run, TPS appended to $work/tps.NAME and,
@@ -69,6 +72,7 @@ for r in $(seq "$ROUNDS"); do
 	else
 		run moxi "$mx"
 	fi
+	[ -z "$mxb" ] || run moxi-base "$mxb"
 	run moxi-1thread "$mx1"
 	run haproxy-1thread "$hp1"
 	run haproxy-2threads "$hp2"
@@ -79,6 +83,7 @@ for r in $(seq "$ROUNDS"); do
 	echo "round $r (binary)"
 	run direct-binary "$mc" -B
 	run moxi-binary "$mx" -B
+	[ -z "$mxb" ] || run moxi-base-bin "$mxb" -B
 	run moxi-1thread-bin "$mx1" -B
 	run haproxy-1thread-bin "$hp1" -B
 	run haproxy-2threads-bin "$hp2" -B
@@ -110,3 +115,11 @@ echo "  CPU µs/request ascii: 1 thread $ch1  2 threads $ch2"
 echo "  moxi/HAProxy-2threads: ascii throughput $(ratio "$m" "$h2")  binary throughput $(ratio "$mb" "$hb2")  ascii CPU/request $(ratio "$cm" "$ch2")"
 echo "  moxi CPU/request / twemproxy's $(ratio "$cm" "$ct")"
 [ -z "${PROFILE:-}" ] || echo "moxi CPU profile: $PROFILE (go tool pprof -top $PROFILE)"
+if [ -n "$mxb" ]; then
+	bm=$(median tps.moxi-base); bmb=$(median tps.moxi-base-bin); cbm=$(median cpu.moxi-base)
+	echo "moxi at $MOXI_BASE (moxi-base): ascii $bm ops/s, binary $bmb ops/s, CPU µs/request ascii $cbm"
+	echo "  moxi-base/HAProxy-2threads: ascii throughput $(ratio "$bm" "$h2")  binary throughput $(ratio "$bmb" "$hb2")  ascii CPU/request $(ratio "$cbm" "$ch2")"
+	echo "  per round, moxi and moxi-base / HAProxy-2threads (ascii throughput, ascii CPU/request):"
+	paste "$work/tps.moxi" "$work/tps.moxi-base" "$work/tps.haproxy-2threads" "$work/cpu.moxi" "$work/cpu.moxi-base" "$work/cpu.haproxy-2threads" |
+		awk '{printf "    round %d: throughput %.2f %.2f  CPU %.2f %.2f\n", NR, $1/$3, $2/$3, $4/$6, $5/$6}'
+fi

@@ -46,6 +46,16 @@ build_moxi() {
 	done
 }
 
+# build_base: when MOXI_BASE names a commit (the starting point of a change), builds moxi
+# at that commit into $work/moxi-base, which start_targets then runs beside this one
+# ("moxi-base", on $mxb), so that a change is measured against where it started in one run.
+build_base() {
+	[ -n "${MOXI_BASE:-}" ] || return 0
+	git worktree add -q --detach "$work/base-src" "$MOXI_BASE"
+	(cd "$work/base-src" && go build -o "$work/moxi-base" ./cmd/moxi)
+	git worktree remove --force "$work/base-src"
+}
+
 # start_memcached PORT: memcached on 127.0.0.1:PORT, UDP off, 1 GiB, 4 threads.
 start_memcached() {
 	spawn memcached -u nobody -l 127.0.0.1 -p "$1" -U 0 -m 1024 -t 4
@@ -69,7 +79,7 @@ YAML
 	waitport "$1"
 }
 
-# start_moxi PORT BACKEND [FLAG...]: $work/moxi on 127.0.0.1:PORT with one pool, memcached on
+# start_moxi PORT BACKEND [FLAG...]: $work/moxi (or $MOXI_BIN) on 127.0.0.1:PORT with one pool, memcached on
 # BACKEND; no admin (unless a FLAG asks for it), no file watching.
 start_moxi() {
 	local port=$1 backend=$2
@@ -82,7 +92,7 @@ pools:
   main:
     servers: ["127.0.0.1:$backend"]
 YAML
-	spawn "$work/moxi" --config "$work/moxi.$port.yaml" --log-level warn "$@"
+	spawn "${MOXI_BIN:-$work/moxi}" --config "$work/moxi.$port.yaml" --log-level warn "$@"
 	waitport "$port"
 }
 
@@ -120,7 +130,8 @@ CFG
 # is: on a small host shared with the load generator and memcached it avoids cross-thread
 # wake-ups; and HAProxy with 1 and 2 threads on $hp1 and $hp2. Needs build_moxi first.
 # shellcheck disable=SC2120 # FLAGs are optional
-# Their process ids: $twpid, $mxpid, $mx1pid, $hp1pid, $hp2pid.
+# Their process ids: $twpid, $mxpid, $mx1pid, $hp1pid, $hp2pid. With build_base's moxi-base,
+# that too on $mxb ($mxbpid).
 start_targets() {
 	mc=$(freeport); start_memcached "$mc"
 	tw=$(freeport); start_twemproxy "$tw" "$mc"; twpid=${pids[-1]}
@@ -128,6 +139,10 @@ start_targets() {
 	hp2=$(freeport); start_haproxy "$hp2" "$mc" 2; hp2pid=${pids[-1]}
 	mx=$(freeport); start_moxi "$mx" "$mc" "$@"; mxpid=${pids[-1]}
 	mx1=$(freeport); GOMAXPROCS=1 start_moxi "$mx1" "$mc"; mx1pid=${pids[-1]}
+	mxb= mxbpid=
+	if [ -x "$work/moxi-base" ]; then
+		mxb=$(freeport); MOXI_BIN="$work/moxi-base" start_moxi "$mxb" "$mc"; mxbpid=${pids[-1]}
+	fi
 }
 
 # cputicks PID: the user and system CPU time PID has used, in clock ticks (CLK_TCK).

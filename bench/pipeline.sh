@@ -22,6 +22,7 @@ REPS=${REPS:-200}
 N=${N:-100}
 setup ./scripts/install-bench-deps.sh
 build_moxi
+build_base
 go build -o "$work/pipeline" ./bench/pipeline
 start_targets
 rl=$(freeport); start_relay "$rl" "$mc"
@@ -33,6 +34,10 @@ waitport "$fl1"; waitport "$fl2"
 targets=(direct twemproxy moxi moxi-1thread haproxy relay floor-1loop floor-2loops)
 declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1 [haproxy]=$hp2 [relay]=$rl
 	[floor-1loop]=$fl1 [floor-2loops]=$fl2)
+if [ -n "$mxb" ]; then # MOXI_BASE: moxi at that commit, in the same rounds
+	targets+=(moxi-base)
+	port[moxi-base]=$mxb
+fi
 cases=(set get binary ms mg)
 declare -A title=([set]="text: $N set" [get]="text: $N get" [binary]="binary: $N setq + noop" [ms]="meta: $N ms" [mg]="meta: $N mg")
 # text cases are compared with twemproxy; binary and meta, which it does not speak, with memcached
@@ -81,3 +86,10 @@ for c in "${cases[@]}"; do
 done
 echo "targets:"
 printf '  %s\n' "${goals[@]}"
+if [ -n "$mxb" ]; then
+	echo "moxi at $MOXI_BASE (moxi-base) beside this moxi, median µs and / haproxy:"
+	for c in "${cases[@]}"; do
+		m=$(median "$c.moxi" %.1f); b=$(median "$c.moxi-base" %.1f); hp=$(median "$c.haproxy" %.1f)
+		printf '  %-24s moxi %9s (%s)  moxi-base %9s (%s)\n' "${title[$c]}" "$m" "$(ratio "$m" "$hp")" "$b" "$(ratio "$b" "$hp")"
+	done
+fi

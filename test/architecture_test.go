@@ -11,8 +11,8 @@ import (
 	"testing"
 )
 
-// TestArchitecturePage keeps docs/architecture.md in step with the code: the walk of a text
-// get names at most 15 steps, every function or method it names (`pkg.Type.Method`,
+// TestArchitecturePage keeps docs/architecture.md in step with the code: each walk (a text
+// get, a binary quiet run, a meta run) names at most 15 steps, every function or method it names (`pkg.Type.Method`,
 // `pkg.Func`, or `Type.Method` of any package) exists, and the package table lists every
 // package under internal/.
 func TestArchitecturePage(t *testing.T) {
@@ -31,9 +31,10 @@ func TestArchitecturePage(t *testing.T) {
 	if walk == "" {
 		t.Fatal("docs/architecture.md has no section on a text get")
 	}
-	steps := regexp.MustCompile(`(?m)^\d+\. `).FindAllString(walk, -1)
-	if len(steps) == 0 || len(steps) > 15 {
-		t.Errorf("the walk of a text get has %d steps, want 1 to 15", len(steps))
+	for _, w := range walks(walk) {
+		if len(w.steps) == 0 || len(w.steps) > 15 {
+			t.Errorf("the walk of %s has %d steps, want 1 to 15", w.name, len(w.steps))
+		}
 	}
 	for _, m := range regexp.MustCompile("`([A-Za-z]\\w*(?:\\.[A-Za-z]\\w*){1,2})`").FindAllStringSubmatch(walk, -1) {
 		ref := m[1]

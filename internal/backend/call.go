@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/walk"
 )
 
 // call is one client request, or a batch of them, on its way to the server: the packets it
@@ -268,6 +269,7 @@ func (cl *call) answer(req *protocol.Request, resps []protocol.Response) {
 // complete hands the finished call to its caller, unless the caller has given up; a
 // started call it finishes.
 func (cl *call) complete() {
+	walk.Step()
 	if !cl.state.CompareAndSwap(callWaiting, callDone) {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/sockpeek"
+	"github.com/moxi-proxy/moxi/internal/walk"
 )
 
 // errDesync means the server answered an opaque that no request is waiting for: the stream
@@ -89,6 +90,7 @@ func (c *conn) enqueue(cl *call) bool {
 // call, which is where a proxy earns its keep. What is queued during the write is left to
 // writeLoop, so that a caller never writes for others for long.
 func (c *conn) flush() {
+	walk.Step()
 	c.mu.Lock()
 	nc := c.nc
 	if c.writer != nil || nc == nil || len(c.wbuf) == 0 {
@@ -351,6 +353,7 @@ func (c *conn) readLoop(nc net.Conn) {
 			c.fail(nc, fmt.Errorf("read: %w", err))
 			return
 		}
+		walk.Step() // an answer arrived
 		var err error
 		pr.begin()
 		if c.meta {

@@ -18,6 +18,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/turn"
+	"github.com/moxi-proxy/moxi/internal/walk"
 )
 
 var (
@@ -182,6 +183,7 @@ func (s *Server) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.
 // meta and other requests. Meta requests to a server that requires SASL are answered at once
 // (see doMetaBatch).
 func (s *Server) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+	walk.Step()
 	path := pathBinary
 	switch metas := countMeta(reqs); {
 	case metas == len(reqs):

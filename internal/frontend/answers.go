@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/moxi-proxy/moxi/internal/walk"
 )
 
 // writeProgress is what a client must take of its pending answers (or all of them) in every
@@ -172,6 +174,7 @@ func (q *answerQueue) writeLocked() { q.writeDue(false) }
 // once, and leaves the rest, with the writer token, to a goroutine of its own (writeRest): a
 // client that stops reading costs its own connection alone.
 func (q *answerQueue) writeDue(mustNotWait bool) {
+	walk.Step()
 	for {
 		n := 0
 		for q.head+n < len(q.queue) && q.queue[q.head+n].done {

@@ -14,6 +14,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/sockpeek"
 	"github.com/moxi-proxy/moxi/internal/turn"
+	"github.com/moxi-proxy/moxi/internal/walk"
 )
 
 const (
@@ -290,6 +291,7 @@ func (c *conn) serve() {
 		}
 		c.input += int64(n)
 		c.hold(int64(n))
+		walk.Step() // a request arrived
 		c.acquire()
 		err = c.readBusy()
 		c.release()
@@ -310,6 +312,7 @@ func (c *conn) serve() {
 // readBusy starts requests for as long as input is buffered. A request that arrived whole
 // is always started, Shutdown or not: every request a client has sent is answered.
 func (c *conn) readBusy() error {
+	walk.Step()
 	c.answers.beginBurst()
 	defer c.answers.endBurst()
 	for {
@@ -435,6 +438,7 @@ func (c *conn) startBatch() {
 	if len(c.batch) == 0 {
 		return
 	}
+	walk.Step()
 	t := c.s.getTask()
 	t.batch = append(t.batch, c.batch...)
 	for _, e := range c.batchKeyEnds {
@@ -494,6 +498,7 @@ func (c *conn) startRun() {
 	if t == nil {
 		return
 	}
+	walk.Step()
 	c.building = nil
 	t.keys = t.keys[:0]
 	for _, sp := range t.spans {
@@ -573,6 +578,7 @@ func (c *conn) answerFits(keys int) bool {
 // start queues t's answer and runs it: on the reader when it is alone (nothing before it
 // unanswered, nothing read behind it), else on a worker, in its turn.
 func (c *conn) start(t *task) {
+	walk.Step()
 	reqs := t.run()
 	c.fences.wait(reqs, c.answers.endBurst) // an earlier write of one of its keys may be retried: not overtaken
 	t.fences = c.fences.raise(reqs, t.fences)
@@ -644,6 +650,7 @@ func (c *conn) begin(t *task) (started bool) {
 // on whatever goroutine finished the run, a server connection's reader perhaps, and so
 // never waits for the client (see answerQueue.completeNoWait).
 func (c *conn) finishStarted(t *task) {
+	walk.Step()
 	if !t.answer() {
 		return // a panic in begin answered it already (recoverStarted)
 	}

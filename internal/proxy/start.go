@@ -10,6 +10,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
 	"github.com/moxi-proxy/moxi/internal/turn"
+	"github.com/moxi-proxy/moxi/internal/walk"
 )
 
 // Start answers a run as Handle does, without a
@@ -27,6 +28,7 @@ func (p *Proxy) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Req
 
 // start is Start for the clients of the listener at listener ("": the main one).
 func (p *Proxy) start(ctx context.Context, order *turn.Turn, listener string, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
+	walk.Step()
 	begun := time.Now()
 	t := p.topo.Load().InService(begun).ForListener(listener)
 	pl, m := startable(t, reqs)
@@ -226,6 +228,7 @@ func (r *startedRun) retryAndEnd() {
 // end settles what the run's answers change (see run), publishes the fetches it led,
 // counts the answers and hands them on.
 func (r *startedRun) end() {
+	walk.Step()
 	p, t := r.p, r.t
 	took := time.Since(r.begun).Seconds()
 	for i, f := range r.flights {

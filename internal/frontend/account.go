@@ -193,3 +193,43 @@ func (s *Server) measured(per int64) {
 	old := s.perKey.Load()
 	s.perKey.Store(max(per, old-old/16)) // a lost update between racing callers is harmless
 }
+
+// admit waits for room in the window and the byte account, and queues t: its request's
+// bytes and a reservation for its answer count in the account from now until the answer is
+// written. It reports whether t is the only request in the queue.
+//
+// A request with nothing queued before it is admitted within the connection's own bound (a
+// lone request larger than the bound passes), but one whose answer carries values waits
+// while it would take the connection past its share of the global bound: the bytes it would
+// hold are its answer's, not yet spent. Its answer is estimated then by the smaller of the
+// connection's estimate and the server's (see Server.measured), and a connection's first
+// answer at most at its share, so that a new client holding little is served while others
+// hold the global bound. One without values (a write) never waits then: its bytes are read
+// already, and sending it on is how they are let go.
+func (c *conn) admit(t *task) (only bool) {
+	bytes := int64(t.bytes())
+	own := bytes + c.reserve(t)
+	lone := bytes + reserveFor(t, min(c.perKey.Load(), max(c.s.perKey.Load(), minPerKey)))
+	if !c.measured.Load() {
+		lone = min(lone, bytes+c.s.share())
+	}
+	_ = c.waitRoom(func() bool {
+		switch {
+		case c.answers.broken != nil:
+			t.held = own // answers are dropped: nothing will be held long
+		case c.answers.queuedLocked():
+			t.held = own
+			return c.answers.windowUsed+t.weight <= windowKeys && c.unknownKeys+t.valueKeys <= c.s.maxUnknownKeys() && c.hasRoom(own, true)
+		default:
+			t.held = lone
+			return t.valueKeys == 0 || c.hasRoom(lone, false)
+		}
+		return true
+	}, time.Time{})
+	c.answers.mu.Lock()
+	c.unknownKeys += t.valueKeys
+	only = c.answers.pushLocked(t)
+	c.answers.mu.Unlock()
+	c.hold(t.held)
+	return only
+}

@@ -12,6 +12,7 @@
 #
 #   bench/pipeline.sh                     # 3 rounds of 200 repetitions
 #   ROUNDS=5 REPS=500 N=100 bench/pipeline.sh
+#   MOXI_BASE=b200225 bench/pipeline.sh      # also moxi built at that commit, in the same rounds
 #
 # Everything listens on 127.0.0.1 ports chosen here and is stopped on exit.
 set -euo pipefail

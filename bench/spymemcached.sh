@@ -12,6 +12,7 @@
 #
 #   bench/spymemcached.sh                  # 3 rounds of 5 s (after 1 s of warm-up) each
 #   ROUNDS=5 DURATION=10 THREADS=16 WARMUP=1 VALUE=100 bench/spymemcached.sh
+#   MOXI_BASE=b200225 bench/spymemcached.sh   # also moxi built at that commit, in the same rounds
 #
 # Everything listens on 127.0.0.1 ports chosen here and is stopped on exit.
 set -euo pipefail
@@ -24,6 +25,7 @@ WARMUP=${WARMUP:-1}
 VALUE=${VALUE:-100}
 setup ./scripts/install-bench-deps.sh
 build_moxi
+build_base
 # spymemcached needs no other jar: its logging and metrics libraries load only when configured.
 jar=$(dpkg -L libspymemcached-java | grep '/usr/share/java/spymemcached\.jar$')
 javac -d "$work/classes" -cp "$jar" bench/java/SpyLoad.java
@@ -52,6 +54,11 @@ ops() { median "ops_per_s.$1" %.0f; }
 
 text=(direct twemproxy moxi moxi-1thread haproxy relay)
 binary=(direct moxi moxi-1thread haproxy relay)
+if [ -n "$mxb" ]; then # MOXI_BASE: moxi at that commit, in the same rounds
+	port[moxi-base]=$mxb
+	text+=(moxi-base)
+	binary+=(moxi-base)
+fi
 echo "spymemcached: 1 client, $THREADS threads of set-then-get, ${DURATION}s (after ${WARMUP}s warm-up), $VALUE-byte values," \
 	"$ROUNDS interleaved rounds; $(nproc) cores"
 for r in $(seq "$ROUNDS"); do
@@ -85,6 +92,10 @@ echo "  moxi/HAProxy (2 threads, TCP mode): text $(ratio "$(ops text.moxi)" "$(o
 echo "  relay (socat, no work at all): text relay/twemproxy $(ratio "$(ops text.relay)" "$(ops text.twemproxy)")" \
 	" text relay/direct $(ratio "$(ops text.relay)" "$(ops text.direct)")" \
 	" binary relay/direct $(ratio "$(ops binary.relay)" "$(ops binary.direct)")"
+if [ -n "$mxb" ]; then
+	echo "  moxi at $MOXI_BASE (moxi-base)/HAProxy: text $(ratio "$(ops text.moxi-base)" "$(ops text.haproxy)")" \
+		" binary $(ratio "$(ops binary.moxi-base)" "$(ops binary.haproxy)")"
+fi
 if [ "$wrongs" -gt 0 ]; then
 	echo "FAIL: $wrongs wrong answers (a get that did not return the value its thread had just set)" >&2
 	exit 1

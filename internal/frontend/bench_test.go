@@ -96,3 +96,18 @@ func roundTrips(b *testing.B, c *client, req, want []byte) {
 		}
 	}
 }
+
+// BenchmarkPipelineSets is 100 sets of distinct keys sent in one write and their answers
+// read: what a connection's runs of writes cost in the frontend and the request path (the
+// fences of writes that may be retried among them).
+func BenchmarkPipelineSets(b *testing.B) {
+	const n = 100
+	ts := startProxy(b)
+	c := dial(b, ts.addr)
+	var req, want []byte
+	for i := range n {
+		req = fmt.Appendf(req, "set p%02d 0 0 5\r\nvalue\r\n", i)
+		want = append(want, "STORED\r\n"...)
+	}
+	roundTrips(b, c, req, want)
+}

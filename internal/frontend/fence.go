@@ -43,7 +43,7 @@ func (f *fences) raise(reqs []protocol.Request, held []uint64) []uint64 {
 	}
 	f.mu.Lock()
 	if f.keys == nil {
-		f.keys = make(map[uint64]int32)
+		f.keys = make(map[uint64]int32, len(held)-first)
 	}
 	for _, h := range held[first:] {
 		f.keys[h]++

@@ -84,6 +84,10 @@ type Pool struct {
 	hash    hashkit.Func
 	picker  picker
 	alive   func(member int) bool // members[i].Up, made once so that lookups do not allocate
+	// placed is each member's server as the pool composed it (stand-in, replica), under
+	// whatever a topology composes around it later (package route's features): where a
+	// request the pool places anew goes, so that it passes those features once, not twice.
+	placed []Server
 }
 
 // New builds the pool name over members, which it keeps.
@@ -127,6 +131,10 @@ func New(name string, opts Options, members []Member) (*Pool, error) {
 		p.composeReplicas()
 	} else {
 		p.composeStandIns()
+	}
+	p.placed = make([]Server, len(members))
+	for i := range members {
+		p.placed[i] = members[i].Server
 	}
 	return p, nil
 }

@@ -67,8 +67,9 @@ func (s *standIn) Do(ctx context.Context, order *turn.Turn, req *protocol.Reques
 	}
 	written := s.pool.opts.StandIns.remember(s.pool.members[owner].Base, s.pool.name, s.pool.members[owner].Name, req.Key, s.pool.members[s.self].Base)
 	if written == nil {
-		// The owner serves again since the key was placed here: place it anew.
-		return s.pool.members[s.pool.Locate(req.Key)].Server.Do(ctx, order, req, resps)
+		// The owner serves again since the key was placed here: place it anew, below the
+		// features composed around the pool's members, which this request has passed.
+		return s.pool.placed[s.pool.Locate(req.Key)].Do(ctx, order, req, resps)
 	}
 	defer written.Done()
 	if req.Op.IsMeta() { // its TTL is one of its flags: remembered, not capped

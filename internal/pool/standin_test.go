@@ -150,3 +150,46 @@ func TestStandInStarts(t *testing.T) {
 		t.Error("a batch with a write it stands in for was started")
 	}
 }
+
+// counting is a server composed around a member after the pool was built, as package
+// route composes a pool's features: it counts the requests that pass it.
+type counting struct {
+	pool.Server
+	n atomic.Int32
+}
+
+func (c *counting) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	c.n.Add(1)
+	return c.Server.Do(ctx, order, req, resps)
+}
+
+// TestStandInPlacesAnewBelowFeatures: a write that reached a stand-in after its owner came
+// back is placed anew on the owner — below the features composed around the members (a
+// backup, a shadow), which the write has passed already on its way to the stand-in.
+func TestStandInPlacesAnewBelowFeatures(t *testing.T) {
+	a := &downable{Store: memstore.New(memstore.Options{})}
+	b := &downable{Store: memstore.New(memstore.Options{})}
+	pl, err := pool.New("p", pool.Options{Failover: true, StandIns: newStandIns(t, 10), FailoverTTL: time.Minute}, []pool.Member{
+		{Name: "a", Addr: "embedded/0", Weight: 1, Server: a},
+		{Name: "b", Addr: "embedded/1", Weight: 1, Server: b},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	features := [2]*counting{{Server: pl.Member(0).Server}, {Server: pl.Member(1).Server}}
+	pl.Member(0).Server, pl.Member(1).Server = features[0], features[1]
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("k%d", i); pl.Owner([]byte(k)) == 0 {
+			key = k
+		}
+	}
+	// a is up: the write, placed on b while a was down, finds it back and goes to a.
+	set(t, pl.Member(1).Server, key)
+	if !has(a, key) || has(b, key) {
+		t.Fatalf("%s: on a %v, on b %v; want a alone", key, has(a, key), has(b, key))
+	}
+	if n0, n1 := features[0].n.Load(), features[1].n.Load(); n0 != 0 || n1 != 1 {
+		t.Errorf("the write passed the features of a %d times and of b %d; want 0 and 1", n0, n1)
+	}
+}

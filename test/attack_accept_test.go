@@ -15,10 +15,10 @@ import (
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
-// TestAttackUnreadAnswers: clients that pipeline hundreds of gets of a 1 MB value and never
+// TestAcceptAttackUnreadAnswers: clients that pipeline hundreds of gets of a 1 MB value and never
 // read the answers hold at most max_connection_bytes each in moxi (4 MiB), not the 300 MB
 // they asked for.
-func TestAttackUnreadAnswers(t *testing.T) {
+func TestAcceptAttackUnreadAnswers(t *testing.T) {
 	mc := memcachedtest.Start(t, "-m", "1024")
 	storeAttackValue(t, mc.Addr)
 
@@ -41,11 +41,11 @@ func TestAttackUnreadAnswers(t *testing.T) {
 	}
 }
 
-// TestAttackHalfSentRequests: clients that start requests and never finish them — set
+// TestAcceptAttackHalfSentRequests: clients that start requests and never finish them — set
 // headers announcing 1 MB followed by a trickle of the value, get lines whose keys go on and
 // on — cost moxi what they have sent, within max_buffered_bytes (64 MiB) for all of them
 // together, not what they announce.
-func TestAttackHalfSentRequests(t *testing.T) {
+func TestAcceptAttackHalfSentRequests(t *testing.T) {
 	mc := memcachedtest.Start(t, "-m", "1024")
 	storeAttackValue(t, mc.Addr)
 

@@ -13,11 +13,11 @@ import (
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
-// TestHotCacheBoundedInBytes: 400 distinct 1 MiB hot keys, each read a few times, leave
+// TestAcceptHotCacheBoundedInBytes: 400 distinct 1 MiB hot keys, each read a few times, leave
 // moxi's peak RSS within rssBound: the hot cache holds at most max_bytes (64 MiB by
 // default) of them, the least recently used going first, and still serves hits. The TTL
 // outlasts the test, so that max_bytes alone bounds the cache.
-func TestHotCacheBoundedInBytes(t *testing.T) {
+func TestAcceptHotCacheBoundedInBytes(t *testing.T) {
 	const keys, reads, clients = 400, 3, 4
 	mc := memcachedtest.Start(t, "-I", "2m", "-m", "1024")
 	admin := freeAddr(t)

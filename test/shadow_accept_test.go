@@ -16,7 +16,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
-// TestShadowPoolDown: with the shadow pool paused (SIGSTOP) or killed, clients see the same
+// TestAcceptShadowPoolDown: with the shadow pool paused (SIGSTOP) or killed, clients see the same
 // errors (none) and about the same p99 as without a shadow, and moxi's memory stays bounded.
 //
 // The phases (no shadow; a shadow of 10 % of keys, the figure, onto a paused and
@@ -25,7 +25,7 @@ import (
 // machine's drift during the run falls on every phase alike; each phase's p99 is over all
 // its rounds. (With 3 rounds of 1 s in a fixed order, identical phases differed by up to
 // 20 % on a loaded machine; in 150 ms rounds, by a few %.)
-func TestShadowPoolDown(t *testing.T) {
+func TestAcceptShadowPoolDown(t *testing.T) {
 	mains, paused, killed := cluster(t, 2), memcachedtest.Start(t), memcachedtest.Start(t)
 	killed.Stop()
 	if err := paused.Signal(syscall.SIGSTOP); err != nil {

@@ -18,12 +18,12 @@ import (
 	"time"
 )
 
-// TestRaceSoak runs the race-detector build of moxi through 100 reloads under load —
+// TestAcceptRaceSoak runs the race-detector build of moxi through 100 reloads under load —
 // SIGHUP, POST /reload and file edits picked up by watch_config, mixed — with a live
 // migration started part-way and a server killed later. The harness fails the test if the
 // binary reports a data race at any point; the test itself checks that every reload was
 // applied and that moxi still answers at the end.
-func TestRaceSoak(t *testing.T) {
+func TestAcceptRaceSoak(t *testing.T) {
 	mcs := cluster(t, 4) // s0..s2 in service, mcs[3] the migration's new server
 	soakConfig := func(i int, migrating bool) string {
 		s1 := fmt.Sprintf("{name: s1, addr: %q}", mcs[1].Addr)

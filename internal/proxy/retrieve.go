@@ -66,6 +66,7 @@ func (p *Proxy) retrieveOne(ctx context.Context, order *turn.Turn, t *topology.T
 func (p *Proxy) retrieveShared(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, out []protocol.Response) {
 	type lead struct {
 		i      int
+		space  string                           // the key's pool
 		flight *dedup.Flight[protocol.Response] // nil without dedup
 		hot    bool
 		epoch  uint64
@@ -82,7 +83,7 @@ func (p *Proxy) retrieveShared(ctx context.Context, order *turn.Turn, t *topolog
 		if hit {
 			continue
 		}
-		l := lead{i: i, hot: hot, epoch: epoch}
+		l := lead{i: i, space: space, hot: hot, epoch: epoch}
 		if t.Dedup && !p.writes.InFlight(k) {
 			f, leader := p.flights.Start(space, k)
 			if !leader {
@@ -101,8 +102,7 @@ func (p *Proxy) retrieveShared(ctx context.Context, order *turn.Turn, t *topolog
 		p.fetch(ctx, order, t, req, out, idx)
 	}
 	for _, l := range leads {
-		k := req.Keys[l.i]
-		p.publish(t, t.PoolFor(k).Name(), k, &out[l.i], l.hot, l.epoch, l.flight)
+		p.publish(t, l.space, req.Keys[l.i], &out[l.i], l.hot, l.epoch, l.flight)
 	}
 	for _, f := range follows {
 		p.follow(ctx, f.flight, req.Keys[f.i], &out[f.i])

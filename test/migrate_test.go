@@ -313,7 +313,7 @@ func TestLiveMigration(t *testing.T) {
 // written during the migration are misses on the old server, never their old values.
 func TestMigrationRevert(t *testing.T) {
 	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
-	mcs, fresh, path, admin, _, c := migrationSetup(t)
+	mcs, fresh, path, admin, moxi, c := migrationSetup(t)
 	before := migrationConfig(mcs[0].Addr, mcs[1].Addr, mcs[2].Addr, "", 0)
 	owner := owners(3)
 	var moved []string
@@ -355,6 +355,10 @@ func TestMigrationRevert(t *testing.T) {
 	if ms := migrations(t, admin); len(ms) != 0 {
 		t.Fatalf("after the revert /migrations still lists %+v", ms)
 	}
+	// The copy says when it has stopped; from then on nothing may add keys to the new server.
+	waitUntil(t, time.Now(), 20*time.Second, func() bool {
+		return strings.Contains(moxi.out.String(), "migration copy stopped before its end")
+	})
 	copied := memcachedtest.Stats(t, fresh.Addr)["curr_items"]
 	for _, k := range written {
 		if v, err := c.get(k); err != nil || v != "" {
@@ -366,11 +370,8 @@ func TestMigrationRevert(t *testing.T) {
 			t.Fatalf("%s, untouched by clients, read %q %v after the revert", k, v, err)
 		}
 	}
-	// Nothing to wait for can show that the copy stopped: wait instead for longer than it
-	// needs to add keys. At 200 keys a second it moves a batch of 20 every 100 ms, so a
-	// copy still running would add some 200 keys in a second, and a batch even if a
-	// loaded machine slowed it tenfold.
-	time.Sleep(time.Second)
+	// The 1,900 reads above took a while: a copy still running (it moves a batch of 20
+	// keys every 100 ms) would have added keys meanwhile.
 	if now := memcachedtest.Stats(t, fresh.Addr)["curr_items"]; now != copied {
 		t.Errorf("the copy went on after the revert: new server items %s -> %s", copied, now)
 	}

@@ -42,6 +42,9 @@ func (m *Migration) run(ctx context.Context) {
 		}
 	}
 	if ctx.Err() != nil {
+		// Stopped (a revert, a later reshard, shutdown): the copy copies nothing more.
+		m.opts.Logger.Info("migration copy stopped before its end", "pool", m.opts.Pool, "server", m.opts.Name,
+			"from", m.opts.From, "to", m.opts.To, "keys_copied", m.copied.Load())
 		return
 	}
 	if err != nil {

@@ -136,15 +136,7 @@ func (c *conn) loginWith(a *Auth, user string, password []byte, ok bool, malform
 func (c *conn) refuse(e *protocol.RequestError) {
 	c.startBatch() // what was read before it is answered first
 	c.startRun()
-	c.answerNow(func(dst []byte) []byte {
-		if c.binary {
-			return protocol.AppendBinaryError(dst, &c.req, e)
-		}
-		return protocol.AppendTextError(dst, e)
-	})
-	if c.s.Rejected != nil {
-		c.s.Rejected(e)
-	}
+	c.answerError(e)
 }
 
 // answerBinary answers the binary request just read with success and body as its value.

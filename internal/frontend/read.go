@@ -221,15 +221,7 @@ func (c *conn) readBusy() error {
 					t.silent = true
 					c.start(t)
 				}
-				c.answerNow(func(dst []byte) []byte {
-					if c.binary {
-						return protocol.AppendBinaryError(dst, &c.req, re)
-					}
-					return protocol.AppendTextError(dst, re)
-				})
-				if c.s.Rejected != nil {
-					c.s.Rejected(re)
-				}
+				c.answerError(re)
 				if re.Close {
 					return err
 				}
@@ -339,5 +331,19 @@ func (c *conn) release() {
 	c.br = nil
 	if cap(c.batch) > keepResponses || cap(c.batchKeys) > keepOutput {
 		c.batch, c.batchKeys, c.batchKeyEnds = nil, nil, nil
+	}
+}
+
+// answerError answers the request just read with e, an error answer (the decoder's, or a
+// refusal of the same form), in its place, and counts it (Server.Rejected).
+func (c *conn) answerError(e *protocol.RequestError) {
+	c.answerNow(func(dst []byte) []byte {
+		if c.binary {
+			return protocol.AppendBinaryError(dst, &c.req, e)
+		}
+		return protocol.AppendTextError(dst, e)
+	})
+	if c.s.Rejected != nil {
+		c.s.Rejected(e)
 	}
 }

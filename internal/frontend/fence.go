@@ -17,20 +17,26 @@ import (
 // and k holds v1. Requests of other keys are not held: only a key written twice (or
 // written and read) within one pipeline waits.
 //
-// Keys are told apart by their hash within the process: two keys that share one only wait
-// for each other. The zero value is ready.
+// The table of fences up is the reader's alone: raise and wait run on it. Whoever makes an
+// answer only hands the fences to take down over (lower, a copy under a short lock); the
+// reader takes them down before it next looks (collect). Keys are told apart by their
+// hash within the process: two keys that share one only wait for each other. The zero value
+// is ready.
 type fences struct {
-	mu    sync.Mutex
-	keys  map[uint64]int32 // writes in flight by key hash; guarded by mu
-	up    atomic.Int32     // fences up: the reader checks without mu while there are none
-	ended chan struct{}    // capacity 1: a fence ended while the reader waits; made on first wait
+	keys map[uint64]int32 // fences up by key hash; owned by the reader
+
+	mu      sync.Mutex
+	lowered []uint64      // fences to take down, handed over by lower; guarded by mu
+	ended   chan struct{} // capacity 1: signalled by lower while waiting; made by the first wait
+	waiting bool          // the reader waits on ended; guarded by mu
+	pending atomic.Int32  // len(lowered): the reader collects only when there are some
 }
 
 // fenceHash is the hash fences know a key by.
 func fenceHash(key []byte) uint64 { return keyhash.Sum(key) }
 
 // raise puts up a fence for each write of reqs that may be sent again, and appends the
-// hashes to held: the task's, for lower once it is answered.
+// hashes to held: the task's, for lower once it is answered. The reader calls it.
 func (f *fences) raise(reqs []protocol.Request, held []uint64) []uint64 {
 	first := len(held)
 	for i := range reqs {
@@ -41,38 +47,48 @@ func (f *fences) raise(reqs []protocol.Request, held []uint64) []uint64 {
 	if len(held) == first {
 		return held
 	}
-	f.mu.Lock()
 	if f.keys == nil {
 		f.keys = make(map[uint64]int32, len(held)-first)
 	}
 	for _, h := range held[first:] {
 		f.keys[h]++
 	}
-	f.up.Add(int32(len(held) - first))
-	f.mu.Unlock()
 	return held
 }
 
-// lower takes down the fences a task raised (held), once its answer is made.
+// lower hands the fences a task raised (held) over to the reader to take down, once the
+// task's answer is made. Any goroutine calls it.
 func (f *fences) lower(held []uint64) {
 	if len(held) == 0 {
 		return
 	}
 	f.mu.Lock()
-	for _, h := range held {
+	f.lowered = append(f.lowered, held...)
+	f.pending.Store(int32(len(f.lowered)))
+	wake := f.waiting
+	f.mu.Unlock()
+	if wake {
+		select {
+		case f.ended <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// collect takes down the fences lower handed over. The reader calls it.
+func (f *fences) collect() {
+	if f.pending.Load() == 0 {
+		return
+	}
+	f.mu.Lock()
+	for _, h := range f.lowered {
 		if f.keys[h]--; f.keys[h] <= 0 {
 			delete(f.keys, h)
 		}
 	}
-	f.up.Add(-int32(len(held)))
-	ended := f.ended
+	f.lowered = f.lowered[:0]
+	f.pending.Store(0)
 	f.mu.Unlock()
-	if ended != nil {
-		select {
-		case ended <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // wait waits until no fence is up for a key of reqs, calling block once before it first
@@ -82,29 +98,35 @@ func (f *fences) lower(held []uint64) {
 // it is not dispatched before). The writes are then answered within their timeouts and
 // retries, or when the server's context ends.
 func (f *fences) wait(reqs []protocol.Request, block func()) {
-	if f.up.Load() == 0 {
+	f.collect()
+	if len(f.keys) == 0 || !f.fenced(reqs) {
 		return
 	}
-	for blocked := false; ; blocked = true {
+	block()
+	for {
 		f.mu.Lock()
-		fenced := f.fencedLocked(reqs)
-		if fenced && f.ended == nil {
+		if f.ended == nil {
 			f.ended = make(chan struct{}, 1)
 		}
+		wait := f.pending.Load() == 0 // else collect at once: a fence may be down already
+		f.waiting = wait
 		ended := f.ended
 		f.mu.Unlock()
-		if !fenced {
+		if wait {
+			<-ended // a token left by an earlier wait only makes the loop look again
+		}
+		f.collect()
+		if !f.fenced(reqs) {
+			f.mu.Lock()
+			f.waiting = false
+			f.mu.Unlock()
 			return
 		}
-		if !blocked {
-			block()
-		}
-		<-ended
 	}
 }
 
-// fencedLocked reports whether a key of reqs has a fence up; the caller holds mu.
-func (f *fences) fencedLocked(reqs []protocol.Request) bool {
+// fenced reports whether a key of reqs has a fence up. The reader calls it.
+func (f *fences) fenced(reqs []protocol.Request) bool {
 	for i := range reqs {
 		r := &reqs[i]
 		if r.Op.IsRetrieval() {

@@ -34,8 +34,9 @@ func TestFences(t *testing.T) {
 		if !passed {
 			t.Fatal("the get of k still waits after the set was answered")
 		}
-		if f.up.Load() != 0 || len(f.keys) != 0 {
-			t.Fatalf("fences left up: %d, %v", f.up.Load(), f.keys)
+		f.collect()
+		if len(f.keys) != 0 || len(f.lowered) != 0 {
+			t.Fatalf("fences left up: %v, %v", f.keys, f.lowered)
 		}
 	})
 }

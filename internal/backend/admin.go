@@ -13,10 +13,11 @@ import (
 
 // doText sends a server-admin command the binary protocol has no opcode for
 // (cache_memlimit) in the text protocol, on a connection of its own, and reads memcached's
-// one-line answer into resp: OK, or its other line in resp.Value (through
+// one-line answer into resps[0]: OK, or its other line in resp.Value (through
 // protocol.OneLine). Such commands are rare; a connection kept for them would be idle. A
 // server that requires SASL does not speak text: moxi answers (sasl.go).
-func (s *Server) doText(ctx context.Context, order *turn.Turn, req *protocol.Request, resp *protocol.Response) error {
+func (s *Server) doText(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	resp := &resps[0]
 	defer order.Dispatched()
 	if s.opts.SASL.set() {
 		*resp = binaryOnly(req.Op.String() + " is")

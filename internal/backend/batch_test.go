@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -35,7 +36,7 @@ func TestDoBatchAgainstMemcached(t *testing.T) {
 	resps := make([]protocol.Response, len(reqs))
 	errs := make([]error, len(reqs))
 	writes := s.Info().Counters.Writes
-	s.DoBatch(context.Background(), nil, reqs, resps, errs)
+	pool.DoBatch(context.Background(), s, nil, reqs, resps, errs)
 	for i := range reqs {
 		if errs[i] != nil {
 			t.Fatalf("%d %s: %v", i, reqs[i].Op, errs[i])
@@ -61,7 +62,7 @@ func TestDoBatchServerGone(t *testing.T) {
 	reqs := []protocol.Request{{Op: protocol.OpSet, Key: []byte("a")}, {Op: protocol.OpDelete, Key: []byte("b")}}
 	resps := make([]protocol.Response, 2)
 	errs := make([]error, 2)
-	s.DoBatch(context.Background(), nil, reqs, resps, errs)
+	pool.DoBatch(context.Background(), s, nil, reqs, resps, errs)
 	for i, err := range errs {
 		if err == nil {
 			t.Errorf("write %d: no error from a server that is not there", i)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -19,7 +20,7 @@ func benchServer(b *testing.B) *Server {
 	for i := range 100 {
 		k := "bench:" + strconv.Itoa(i)
 		req := protocol.Request{Op: protocol.OpSet, Key: []byte(k), Value: make([]byte, 100)}
-		if err := s.Do(context.Background(), nil, &req, resps); err != nil || resps[0].Status != protocol.StatusOK {
+		if err := pool.Do(context.Background(), s, nil, &req, resps); err != nil || resps[0].Status != protocol.StatusOK {
 			b.Fatalf("set %s: %v %+v", k, err, resps[0])
 		}
 	}
@@ -33,7 +34,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	resps := make([]protocol.Response, 1)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := s.Do(context.Background(), nil, &req, resps); err != nil || resps[0].Status != protocol.StatusOK {
+		if err := pool.Do(context.Background(), s, nil, &req, resps); err != nil || resps[0].Status != protocol.StatusOK {
 			b.Fatalf("%v %+v", err, resps[0])
 		}
 	}
@@ -48,7 +49,7 @@ func BenchmarkRoundTripParallel(b *testing.B) {
 		req := protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("bench:7")}}
 		resps := make([]protocol.Response, 1)
 		for pb.Next() {
-			if err := s.Do(context.Background(), nil, &req, resps); err != nil || resps[0].Status != protocol.StatusOK {
+			if err := pool.Do(context.Background(), s, nil, &req, resps); err != nil || resps[0].Status != protocol.StatusOK {
 				b.Errorf("%v %+v", err, resps[0])
 				return
 			}
@@ -67,7 +68,7 @@ func BenchmarkMultiGet100(b *testing.B) {
 	resps := make([]protocol.Response, 100)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := s.Do(context.Background(), nil, &req, resps); err != nil || resps[99].Status != protocol.StatusOK {
+		if err := pool.Do(context.Background(), s, nil, &req, resps); err != nil || resps[99].Status != protocol.StatusOK {
 			b.Fatalf("%v %+v", err, resps[99])
 		}
 	}

@@ -11,17 +11,17 @@ import (
 )
 
 // call is one client request, or a batch of them, on its way to the server: the packets it
-// needs, and the answers as they arrive. The caller fills it, a conn owns it from enqueue
-// until complete, then the caller reads it. A call whose caller gave up (abandon) stays with
-// the conn, which drops the late answer: the stream stays in step and no other caller sees
-// it.
+// needs, and the answers as they arrive. Server.Start fills it, a conn owns it from enqueue
+// until complete, and whoever ends it — the conn that completes it, or its alarm — finishes
+// it (Server.finish): nobody waits for it. A call its alarm gave up (abandon) stays with the
+// conn, which drops the late answer: the stream stays in step and no other request sees it.
 //
 // The same call travels on both kinds of connection (see conn): binary packets matched by
 // opaque, or meta requests (meta true) matched in order.
 type call struct {
 	// Set by the caller before enqueue.
-	req   *protocol.Request  // valid only during Server.Do, read only while encoding
-	batch []protocol.Request // or a batch of single-key requests (DoBatch), read only while encoding
+	req   *protocol.Request  // one request, read only while encoding and by finish
+	batch []protocol.Request // or a run of single-key requests, read only while encoding and by finish
 	keys  [][]byte           // retrieval: distinct keys in first-seen order
 	index []int              // retrieval: req.Keys[i] is keys[index[i]]
 	seen  map[string]int     // retrieval: keys' positions, once there are many
@@ -36,16 +36,12 @@ type call struct {
 	resps []protocol.Response // one per opaque; a batch's last is its noop
 	err   error               // the connection failed before the answer arrived
 
-	sent     atomic.Int64  // Server.clock when the conn finished writing the call's packets; 0 until then
-	state    atomic.Int32  // callWaiting → callDone or callAbandoned, once
-	done     chan struct{} // receives once when state becomes callDone
-	timer    *time.Timer   // the caller's timeout
-	orphaned bool          // caller only: abandoned, so never returned to the pool
+	sent     atomic.Int64 // Server.clock when the conn finished writing the call's packets; 0 until then
+	state    atomic.Int32 // callWaiting → callDone or callAbandoned, once
+	orphaned bool         // abandoned, so never returned to the pool
 
-	// A started call (Server.StartBatch) has no caller waiting: it is finished by whoever
-	// ends it, the conn that completes it or its alarm.
 	s       *Server
-	then    func()              // the caller's done; nil for a call its caller waits for
+	then    func()              // the caller's done
 	out     []protocol.Response // the caller's answers
 	outErrs []error             // and errors
 	count   int                 // the client requests it stands for
@@ -55,7 +51,7 @@ type call struct {
 	// alarmMu orders what onAlarm reads of the call before it re-arms the alarm with the
 	// Stop that finds it re-armed, after which the call is reused (Server.finishStarted).
 	alarmMu sync.Mutex
-	refs    atomic.Int32 // StartBatch and the end of the call: the later finishes it
+	refs    atomic.Int32 // Server.send and the end of the call: the later finishes it
 	result  error        // why it ended, set by whoever ended it
 }
 
@@ -66,9 +62,7 @@ const (
 )
 
 func newCall(s *Server) *call {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	cl := &call{s: s, done: make(chan struct{}, 1), timer: t}
+	cl := &call{s: s}
 	cl.alarm = time.AfterFunc(time.Hour, cl.onAlarm)
 	cl.alarm.Stop()
 	return cl
@@ -78,7 +72,7 @@ func (cl *call) reset() {
 	clear(cl.keys)
 	clear(cl.resps)
 	clear(cl.seen)
-	*cl = call{keys: cl.keys[:0], index: cl.index[:0], seen: cl.seen, mn: cl.mn[:0], resps: cl.resps[:0], done: cl.done, timer: cl.timer, s: cl.s, alarm: cl.alarm}
+	*cl = call{keys: cl.keys[:0], index: cl.index[:0], seen: cl.seen, mn: cl.mn[:0], resps: cl.resps[:0], s: cl.s, alarm: cl.alarm}
 }
 
 // prepareMeta readies a batch of meta requests: each is sent as the client sent it, q aside
@@ -266,23 +260,26 @@ func (cl *call) answer(req *protocol.Request, resps []protocol.Response) {
 	}
 }
 
-// complete hands the finished call to its caller, unless the caller has given up; a
-// started call it finishes.
+// complete finishes the call once it is answered (or its connection failed), unless its
+// alarm gave it up first.
 func (cl *call) complete() {
 	walk.Step()
 	if !cl.state.CompareAndSwap(callWaiting, callDone) {
 		return
 	}
-	if cl.then != nil {
-		cl.result = cl.err
-		cl.unref()
-		return
-	}
-	cl.done <- struct{}{}
+	cl.result = cl.err
+	cl.unref()
 }
 
-// onAlarm ends a started call whose server has been silent for Timeout (see Server.wait),
-// or sets the alarm again for the rest of it. It runs on a goroutine of its own.
+// onAlarm ends a call whose server has been silent for Timeout, or sets the alarm again for
+// the rest of it. It runs on a goroutine of its own.
+//
+// The server's silence, not the time since the call was queued, is what times out: the
+// answers before the call's (one 300 MB get, say) and its own may take longer than Timeout
+// to arrive, and as long as they keep arriving the server is doing its job; nor is the
+// server late while moxi has not written the call out yet, or not read what it sent
+// (conn.silence). So when the alarm fires early in a silence, it is set again for the rest
+// of Timeout.
 func (cl *call) onAlarm() {
 	cl.alarmMu.Lock()
 	if cl.state.Load() != callWaiting {
@@ -304,10 +301,10 @@ func (cl *call) onAlarm() {
 	}
 }
 
-// unref drops one of a started call's two references; the last finishes it.
+// unref drops one of the call's two references; the last finishes it.
 func (cl *call) unref() {
 	if cl.refs.Add(-1) == 0 {
-		cl.s.finishStarted(cl)
+		cl.s.finish(cl)
 	}
 }
 

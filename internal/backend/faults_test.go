@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/sockpeek"
 )
@@ -83,7 +84,7 @@ func TestDrippingAnswerTimesOut(t *testing.T) {
 				waitFor(t, "the connection redialed", func() bool { return s.Counters().ConnectionsUp > 0 && metaUp(s) })
 				start := time.Now()
 				var resps [1]protocol.Response
-				err := s.Do(context.Background(), nil, tt.req(t), resps[:])
+				err := pool.Do(context.Background(), s, nil, tt.req(t), resps[:])
 				d := time.Since(start)
 				t.Logf("request %d: %v after %v (pace %d KiB per %v, timeout %v)", i, err, d, answerPaceBytes>>10, answerPaceWindow, timeout)
 				if !errors.Is(err, errSlowAnswer) || !errors.Is(err, ErrTimeout) {
@@ -159,7 +160,7 @@ func TestOwnDialErrorsSpareTheServer(t *testing.T) {
 			reqs := []*protocol.Request{{Op: protocol.OpGet, Keys: keys("a")}, metaRequest(t, "mg a v\r\n"), {Op: protocol.OpGet, Keys: keys("b")}}
 			for _, req := range reqs {
 				var resps [1]protocol.Response
-				if err := s.Do(context.Background(), nil, req, resps[:]); !errors.Is(err, errno) {
+				if err := pool.Do(context.Background(), s, nil, req, resps[:]); !errors.Is(err, errno) {
 					t.Fatalf("%s while out of resources: %v, want %v", req.Op, err, errno)
 				}
 			}

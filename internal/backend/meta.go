@@ -1,7 +1,6 @@
 package backend
 
 import (
-	"context"
 	"sync"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
@@ -35,78 +34,6 @@ type metaConns struct {
 	mu     sync.Mutex
 	conns  []*conn // guarded by mu; nil entries until used
 	closed bool    // guarded by mu: Close was called; no connection opens after it
-}
-
-// doMeta sends a meta request and waits for its answer.
-func (s *Server) doMeta(ctx context.Context, order *turn.Turn, req *protocol.Request, resp *protocol.Response) error {
-	var reqs [1]protocol.Request
-	var resps [1]protocol.Response
-	var errs [1]error
-	reqs[0] = *req
-	s.doMetaBatch(ctx, order, reqs[:], resps[:], errs[:])
-	*resp = resps[0]
-	return errs[0]
-}
-
-// doMetaBatch sends a run of meta requests on the client connection's meta connection, as
-// one call, and waits for their answers (see pool.Server's DoBatch). A server that requires
-// SASL has no meta connection: moxi answers them (sasl.go).
-func (s *Server) doMetaBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	if s.opts.SASL.set() {
-		order.Dispatched() // nothing to send
-		for i := range reqs {
-			resps[i], errs[i] = binaryOnly("meta commands are"), nil
-		}
-		return
-	}
-	var err error
-	if order.Switch(s, pathMeta) {
-		// The client's previous request to s went on the binary connection (see the
-		// comment at the top): a noop there first, which gives nothing on.
-		each, _ := order.Defer()
-		cl := s.getCall()
-		cl.prepareSingle(&protocol.Request{Op: protocol.OpNoop})
-		err = s.send(ctx, each, cl, 1)
-		s.putCall(cl)
-		if err != nil {
-			order.Dispatched()
-		}
-	}
-	if err == nil {
-		cl := s.getCall()
-		defer s.putCall(cl)
-		cl.prepareMeta(reqs)
-		err = s.send(ctx, order, cl, len(reqs))
-		if err == nil {
-			copy(resps, cl.resps)
-		}
-	}
-	for i := range errs {
-		errs[i] = err
-	}
-}
-
-// metaBarrier waits until every meta request the client connection sent to s has been
-// executed: an mn on its meta connection, answered after them. Called for a request about
-// to go on the binary path after meta ones (see turn.Turn.Switch).
-func (s *Server) metaBarrier(ctx context.Context, order *turn.Turn) error {
-	c := s.metaConn(order, false)
-	if c == nil {
-		return nil // never opened: no request went on it
-	}
-	var mn [1]protocol.Request
-	mn[0].Op = protocol.OpMetaNoop
-	cl := s.getCall()
-	defer s.putCall(cl)
-	cl.prepareMeta(mn[:])
-	if !c.enqueue(cl) {
-		return nil // down: the requests on it failed with it
-	}
-	c.flush()
-	if err := s.wait(ctx, c, cl); err != nil {
-		return err
-	}
-	return cl.err
 }
 
 // metaConn is the meta connection of ctx's affinity (round robin without one), dialed now

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -40,11 +41,11 @@ func TestMetaConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var r [1]protocol.Response
-			if err := s.Do(context.Background(), nil, set, r[:]); err != nil || r[0].Meta.Code != protocol.MetaHD {
+			if err := pool.Do(context.Background(), s, nil, set, r[:]); err != nil || r[0].Meta.Code != protocol.MetaHD {
 				errs <- fmt.Errorf("ms %s: %+v %v", key, r[0], err)
 				return
 			}
-			if err := s.Do(context.Background(), nil, get, r[:]); err != nil || string(r[0].Value) != value || string(r[0].Meta.Flags) != " k"+key {
+			if err := pool.Do(context.Background(), s, nil, get, r[:]); err != nil || string(r[0].Value) != value || string(r[0].Meta.Flags) != " k"+key {
 				errs <- fmt.Errorf("mg %s: %q %q %v", key, r[0].Value, r[0].Meta.Flags, err)
 			}
 		}()
@@ -62,7 +63,7 @@ func TestMetaSilentServer(t *testing.T) {
 	s := newServer(t, memcachedtest.Blackhole(t), Options{Connections: 1, Timeout: 200 * time.Millisecond, FailureLimit: 100})
 	for range 2 {
 		var r [1]protocol.Response
-		err := s.Do(context.Background(), nil, metaRequest(t, "mg k v\r\n"), r[:])
+		err := pool.Do(context.Background(), s, nil, metaRequest(t, "mg k v\r\n"), r[:])
 		if !errors.Is(err, ErrTimeout) {
 			t.Fatalf("mg to a silent server: %v, want a timeout", err)
 		}

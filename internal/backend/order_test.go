@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
@@ -38,7 +39,7 @@ func TestTurnsKeepClientOrder(t *testing.T) {
 				req = protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v" + strconv.Itoa(i/2))}
 			}
 			tn.Wait()
-			errs[i] = s.Do(context.Background(), tn, &req, resps[i:i+1])
+			errs[i] = pool.Do(context.Background(), s, tn, &req, resps[i:i+1])
 			tn.Release()
 		}()
 	}
@@ -72,7 +73,7 @@ func TestDoDispatchesOnce(t *testing.T) {
 	refused := memcachedtest.FreeAddr(t)
 	get := func(ctx context.Context, order *turn.Turn, s *Server) error {
 		var resps [1]protocol.Response
-		return s.Do(ctx, order, &protocol.Request{Op: protocol.OpGet, Keys: keys("a")}, resps[:])
+		return pool.Do(ctx, s, order, &protocol.Request{Op: protocol.OpGet, Keys: keys("a")}, resps[:])
 	}
 	cases := []struct {
 		name string
@@ -105,11 +106,10 @@ func TestDoDispatchesOnce(t *testing.T) {
 				received <- struct{}{}
 				return nil, 0, false
 			})
-			s := newServer(t, f.ln.Addr().String(), Options{MaxInFlight: 1, Timeout: 10 * time.Second})
-			hold, release := context.WithCancel(context.Background())
+			s := newServer(t, f.ln.Addr().String(), Options{MaxInFlight: 1, Timeout: time.Second})
 			held := make(chan error)
-			go func() { held <- get(hold, nil, s) }() // takes the one slot
-			defer func() { release(); <-held }()
+			go func() { held <- get(context.Background(), nil, s) }() // takes the one slot, until it times out
+			defer func() { <-held }()
 			<-received
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancel()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
@@ -74,13 +75,13 @@ func TestSASLAuthenticated(t *testing.T) {
 			t.Fatalf("%s: set: %+v", when, r)
 		}
 		resps := make([]protocol.Response, 2)
-		if err := s.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpGet, Keys: keys("a", "nope")}, resps); err != nil ||
+		if err := pool.Do(context.Background(), s, nil, &protocol.Request{Op: protocol.OpGet, Keys: keys("a", "nope")}, resps); err != nil ||
 			string(resps[0].Value) != "1" || resps[1].Status != protocol.StatusNotFound {
 			t.Fatalf("%s: get a nope: %v %+v", when, err, resps)
 		}
 		batch := []protocol.Request{{Op: protocol.OpSet, Key: []byte("b"), Value: []byte("2"), Quiet: true}, {Op: protocol.OpGet, Keys: keys("b")}}
 		errs := make([]error, 2)
-		s.DoBatch(context.Background(), nil, batch, resps, errs)
+		pool.DoBatch(context.Background(), s, nil, batch, resps, errs)
 		if errs[0] != nil || errs[1] != nil || string(resps[1].Value) != "2" {
 			t.Fatalf("%s: batch: %v %+v", when, errs, resps)
 		}
@@ -160,7 +161,7 @@ func TestSASLRefused(t *testing.T) {
 		mc := memcachedtest.Start(t, "-F")
 		s := newServer(t, mc.Addr, Options{Timeout: 5 * time.Second})
 		var r [1]protocol.Response
-		if err := s.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpFlushAll}, r[:]); err != nil || r[0].Status == protocol.StatusOK {
+		if err := pool.Do(context.Background(), s, nil, &protocol.Request{Op: protocol.OpFlushAll}, r[:]); err != nil || r[0].Status == protocol.StatusOK {
 			t.Errorf("flush_all refused by memcached -F: %v %+v, want its refusal as the answer", err, r[0])
 		}
 		if info := s.Info(); info.State != "up" {
@@ -188,23 +189,23 @@ func TestSASLTextAnsweredByMoxi(t *testing.T) {
 		want []string // each answer's Msg; "" for an ordinary answer
 	}{
 		{"Do", []protocol.Request{*mg}, func(order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-			errs[0] = s.Do(context.Background(), order, &reqs[0], resps)
+			errs[0] = pool.Do(context.Background(), s, order, &reqs[0], resps)
 		}, []string{metaRefused}},
 		{"DoBatch", []protocol.Request{*ms, *mg}, func(order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-			s.DoBatch(context.Background(), order, reqs, resps, errs)
+			pool.DoBatch(context.Background(), s, order, reqs, resps, errs)
 		}, []string{metaRefused, metaRefused}},
 		{"DoBatch mixed", []protocol.Request{*mg, get}, func(order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-			s.DoBatch(context.Background(), order, reqs, resps, errs)
+			pool.DoBatch(context.Background(), s, order, reqs, resps, errs)
 		}, []string{metaRefused, ""}},
-		{"StartBatch", []protocol.Request{*mg}, func(order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-			done := make(chan struct{})
-			if !s.StartBatch(context.Background(), order, reqs, resps, errs, func() { close(done) }) {
-				t.Fatal("StartBatch declined a meta request it answers at once")
+		{"Start", []protocol.Request{*mg}, func(order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+			answered := false
+			s.Start(context.Background(), order, reqs, resps, errs, func() { answered = true })
+			if !answered {
+				t.Error("a meta request moxi answers itself was not answered before Start returned")
 			}
-			<-done
 		}, []string{metaRefused}},
 		{"cache_memlimit", []protocol.Request{{Op: protocol.OpCacheMemlimit, Delta: 64}}, func(order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-			errs[0] = s.Do(context.Background(), order, &reqs[0], resps)
+			errs[0] = pool.Do(context.Background(), s, order, &reqs[0], resps)
 		}, []string{"cache_memlimit is not available on this pool: its servers require SASL, which allows only the binary protocol"}},
 	}
 	for _, tc := range tests {

@@ -21,10 +21,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/walk"
 )
 
-var (
-	_ pool.Server  = (*Server)(nil)
-	_ pool.Starter = (*Server)(nil)
-)
+var _ pool.Server = (*Server)(nil)
 
 // Options configure a Server. Connections, ConnectTimeout, Timeout, FailureLimit, RetryMin
 // and RetryMax are required (New panics without them): their defaults are the config's, the
@@ -129,103 +126,126 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Do sends req and waits for its answer (see pool.Server). A retrieval of several keys is
-// one batch of quiet gets ended by a noop; a key repeated in it is asked for once.
-func (s *Server) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
-	switch {
-	case req.Op.IsMeta():
-		return s.doMeta(ctx, order, req, &resps[0])
-	case req.Op == protocol.OpCacheMemlimit:
-		return s.doText(ctx, order, req, &resps[0])
-	}
-	cl := s.getCall()
-	defer s.putCall(cl)
-	if req.Op.IsRetrieval() {
-		cl.prepareRetrieval(req)
-	} else {
-		cl.prepareSingle(req)
-	}
-	if err := s.exchange(ctx, order, cl, 1); err != nil {
-		return err
-	}
-	cl.answer(req, resps)
-	return nil
-}
-
-// DoBatch sends reqs as one run of packets and waits for their answers (see
-// pool.Server): a connection failure or a timeout fails them all. A run of meta requests
-// goes on a meta connection (meta.go); a run mixing both kinds goes one request at a time.
-func (s *Server) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	switch metas := countMeta(reqs); {
-	case metas == len(reqs):
-		s.doMetaBatch(ctx, order, reqs, resps, errs)
-		return
-	case metas > 0: // both kinds of connection: one request at a time, each minding its order
-		pool.DoEach(ctx, order, s, reqs, resps, errs)
-		return
-	}
-	cl := s.getCall()
-	defer s.putCall(cl)
-	cl.prepareBatch(reqs)
-	err := s.exchange(ctx, order, cl, len(reqs))
-	for i := range reqs {
-		errs[i] = err
-		if err == nil {
-			resps[i] = answerSingle(&reqs[i], &cl.resps[i])
-		}
-	}
-}
-
-// StartBatch sends reqs as DoBatch does (or one get of many keys as Do does), but returns
-// once they are queued: the connection's reader finishes them when their answers arrive
-// (pool.Starter). It declines (false) what would make it wait: no room among the requests
-// in flight, no connection up, a dead server, a switch of path (turn.Turn.Switch), a run mixing
-// meta and other requests. Meta requests to a server that requires SASL are answered at once
-// (see doMetaBatch).
-func (s *Server) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+// Start sends reqs (see pool.Server) and returns once they are queued, or once a goroutine
+// of its own waits for what they need first: the connection's reader, or the call's alarm,
+// finishes them. A retrieval of several keys is one batch of quiet gets ended by a noop; a
+// key repeated in it is asked for once. A run of meta requests goes on a meta connection
+// (meta.go); a run mixing both kinds goes one request at a time, each minding its order.
+// Meta requests to a server that requires SASL are answered at once (sasl.go).
+func (s *Server) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
 	walk.Step()
-	path := pathBinary
-	switch metas := countMeta(reqs); {
-	case metas == len(reqs):
-		path = pathMeta
-	case metas > 0:
-		return false
-	}
-	if path == pathMeta && s.opts.SASL.set() {
-		return pool.StartNow(ctx, order, s, reqs, resps, errs, done) // answered by moxi, at once
-	}
-	if ctx.Err() != nil || s.health.dead.Load() || order.WouldSwitch(s, path) {
-		return false
-	}
-	select {
-	case s.slots <- struct{}{}:
-		s.inFlight.Add(1)
-	default:
-		return false
+	metas := countMeta(reqs)
+	switch {
+	case metas > 0 && metas < len(reqs):
+		pool.StartWaiting(ctx, order, reqs, resps, errs, done, s.do)
+		return
+	case metas > 0 && s.opts.SASL.set():
+		order.Dispatched() // nothing to send
+		for i := range reqs {
+			resps[i], errs[i] = binaryOnly("meta commands are"), nil
+		}
+		done()
+		return
+	case len(reqs) == 1 && reqs[0].Op == protocol.OpCacheMemlimit:
+		pool.StartWaiting(ctx, order, reqs, resps, errs, done, s.doText)
+		return
 	}
 	cl := s.getCall()
-	var c *conn
 	switch {
-	case path == pathMeta:
-		c = s.metaConn(order, true)
+	case metas > 0:
 		cl.prepareMeta(reqs)
-	case len(reqs) == 1 && len(reqs[0].Keys) > 1:
-		c = s.pick(order)
-		cl.prepareRetrieval(&reqs[0]) // a get of many keys, answered as Do answers it
+	case len(reqs) == 1 && reqs[0].Op.IsRetrieval():
+		cl.prepareRetrieval(&reqs[0])
+	case len(reqs) == 1:
+		cl.prepareSingle(&reqs[0])
 	default:
-		c = s.pick(order)
 		cl.prepareBatch(reqs)
 	}
-	cl.then, cl.out, cl.outErrs, cl.count, cl.begun, cl.on = done, resps, errs, len(reqs), time.Now(), c
-	cl.refs.Store(2)
-	if c == nil || !c.enqueue(cl) {
-		cl.then = nil
-		s.putCall(cl)
-		s.release()
-		return false
+	cl.then, cl.out, cl.outErrs, cl.count = done, resps, errs, len(reqs)
+	if !s.send(ctx, order, cl, false) {
+		go s.send(ctx, order, cl, true)
 	}
-	s.requests.Add(uint64(len(reqs)))
-	order.Switch(s, path) // records the path, which WouldSwitch found needs no wait
+}
+
+// do is Start for one request, waiting for its answer (pool.Do).
+func (s *Server) do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	return pool.Do(ctx, s, order, req, resps)
+}
+
+// send puts cl on its way: a place among the requests in flight, a connection, the path
+// it takes after the client's previous request (turn.Turn.Switch), then its turn given
+// on, its alarm set and its packets written. Without mayWait it only takes what is there
+// at once, and reports false, having done nothing, where it would wait — for room, for a
+// dial in progress, or for the requests the client sent on the other path (barrier); the
+// caller then sends it again from a goroutine of its own, mayWait. True: cl is on its way
+// or failed, and will be finished (finish), its turn given on either way.
+func (s *Server) send(ctx context.Context, order *turn.Turn, cl *call, mayWait bool) bool {
+	n := uint64(cl.count)
+	if err := ctx.Err(); err != nil {
+		s.fail(order, cl, err) // the client is gone: nothing to send, and nothing said of the server
+		return true
+	}
+	if s.health.dead.Load() {
+		s.requests.Add(n)
+		s.down.Add(n)
+		s.fail(order, cl, fmt.Errorf("%s: %w", s.opts.Addr, ErrDead))
+		return true
+	}
+	path := pathBinary
+	if cl.meta {
+		path = pathMeta
+	}
+	if order.WouldSwitch(s, path) {
+		if !mayWait {
+			return false
+		}
+		if err := s.barrier(ctx, order, path); err != nil {
+			s.requests.Add(n)
+			s.fail(order, cl, s.outcome(err, cl.count, time.Now()))
+			return true
+		}
+	}
+	if !s.tryAcquire() {
+		if !mayWait {
+			return false
+		}
+		if err := s.acquire(ctx); err != nil {
+			s.requests.Add(n)
+			s.overloads.Add(n)
+			s.fail(order, cl, fmt.Errorf("%s: %w", s.opts.Addr, err))
+			return true
+		}
+	}
+	var c *conn
+	if cl.meta {
+		c = s.metaConn(order, true)
+	} else {
+		c = s.pick(order)
+	}
+	cl.begun, cl.on = time.Now(), c
+	cl.refs.Store(2) // this send and the end of the call: the later finishes it
+	if c == nil || !c.enqueue(cl) {
+		err := error(ErrClosed)
+		if c != nil {
+			if !mayWait {
+				s.release()
+				return false
+			}
+			// Not connected: wait for a dial in progress, within the request's timeout.
+			if err = c.waitReady(ctx, s.opts.Timeout); err == nil && !c.enqueue(cl) {
+				err = c.downErr()
+			}
+		}
+		if err != nil {
+			s.release()
+			s.requests.Add(n)
+			s.fail(order, cl, s.outcome(err, cl.count, cl.begun))
+			return true
+		}
+	}
+	// Its place among c's requests is fixed: the client's next request may go.
+	s.requests.Add(n)
+	order.Switch(s, path) // records the path, which WouldSwitch found needs no wait, or barrier waited for
 	order.Dispatched()
 	cl.alarm.Reset(s.opts.Timeout)
 	c.flush()
@@ -233,9 +253,47 @@ func (s *Server) StartBatch(ctx context.Context, order *turn.Turn, reqs []protoc
 	return true
 }
 
-// finishStarted ends a started call once it is answered, failed or timed out, and hands
-// the answers to its caller.
-func (s *Server) finishStarted(cl *call) {
+// fail ends cl, which never went out, with err: its turn given on, then its caller's done.
+func (s *Server) fail(order *turn.Turn, cl *call, err error) {
+	order.Dispatched()
+	for i := range cl.outErrs {
+		cl.outErrs[i] = err
+	}
+	then := cl.then
+	s.putCall(cl)
+	then()
+}
+
+// barrier waits until every request the client connection sent to s on the other path
+// than path has been executed (see the top of meta.go): a round trip on that path after
+// them — an mn on its meta connection, or a noop on its binary one. It gives nothing on.
+func (s *Server) barrier(ctx context.Context, order *turn.Turn, path turn.Path) error {
+	var req [1]protocol.Request
+	var resp [1]protocol.Response
+	var errs [1]error
+	cl := s.getCall()
+	if path == pathBinary {
+		if s.metaConn(order, false) == nil {
+			s.putCall(cl)
+			return nil // never opened: no request went on it
+		}
+		req[0].Op = protocol.OpMetaNoop
+		cl.prepareMeta(req[:])
+	} else {
+		req[0].Op = protocol.OpNoop
+		cl.prepareSingle(&req[0])
+	}
+	answered := make(chan struct{})
+	cl.then, cl.out, cl.outErrs, cl.count = func() { close(answered) }, resp[:], errs[:], 1
+	each, _ := order.Defer() // on the path the previous request took, which it still records
+	s.send(ctx, each, cl, true)
+	<-answered
+	return errs[0]
+}
+
+// finish ends a call once it is answered, failed or timed out, and hands the answers to
+// its caller.
+func (s *Server) finish(cl *call) {
 	if !cl.orphaned {
 		cl.alarmMu.Lock()
 		stopped := cl.alarm.Stop()
@@ -263,60 +321,6 @@ func (s *Server) finishStarted(cl *call) {
 	then := cl.then
 	s.putCall(cl)
 	then()
-}
-
-// exchange sends cl, which stands for n client requests, and waits for its answers,
-// keeping the server's health and counters.
-//
-// It gives the requests' turn on (package turn) once their order among the connection's
-// requests is fixed, when cl is queued, or when it fails before that; a request with a turn
-// goes on its client connection's backend connection (turn.Turn.Affinity).
-func (s *Server) exchange(ctx context.Context, order *turn.Turn, cl *call, n int) error {
-	if order.Switch(s, pathBinary) {
-		// The client's previous request to s went on a meta connection (see meta.go).
-		if err := s.metaBarrier(ctx, order); err != nil {
-			order.Dispatched()
-			s.requests.Add(uint64(n))
-			return s.outcome(err, n, time.Now())
-		}
-	}
-	return s.send(ctx, order, cl, n)
-}
-
-// send is exchange once the order of cl among its client's requests is safe.
-func (s *Server) send(ctx context.Context, order *turn.Turn, cl *call, n int) error {
-	dispatched := false
-	defer func() {
-		if !dispatched { // failed before it was queued (or panicked): the client may go on
-			order.Dispatched()
-		}
-	}()
-	if err := ctx.Err(); err != nil {
-		return err // the client is gone: nothing to send
-	}
-	s.requests.Add(uint64(n))
-	if s.health.dead.Load() {
-		s.down.Add(uint64(n))
-		return fmt.Errorf("%s: %w", s.opts.Addr, ErrDead)
-	}
-	if err := s.acquire(ctx); err != nil {
-		s.overloads.Add(uint64(n))
-		return fmt.Errorf("%s: %w", s.opts.Addr, err)
-	}
-	defer s.release()
-	start := time.Now()
-	c, err := s.queue(ctx, order, cl)
-	if err == nil {
-		// Its place among c's requests is fixed: the client's next request may go.
-		dispatched = true
-		order.Dispatched()
-		c.flush()
-		err = s.wait(ctx, c, cl)
-	}
-	if err == nil {
-		err = cl.err
-	}
-	return s.outcome(err, n, start)
 }
 
 // outcome accounts for the end of n requests sent at start, failed with err or answered,
@@ -347,82 +351,23 @@ func (s *Server) outcome(err error, n int, start time.Time) error {
 	return nil
 }
 
-// queue puts cl on a connection, waiting for a dial in progress if it must.
-func (s *Server) queue(ctx context.Context, order *turn.Turn, cl *call) (*conn, error) {
-	var c *conn
-	if cl.meta {
-		c = s.metaConn(order, true)
-		if c == nil {
-			return nil, ErrClosed
-		}
-	} else {
-		c = s.pick(order)
-	}
-	if c.enqueue(cl) {
-		return c, nil
-	}
-	// Not connected: wait for a dial in progress, within the request's timeout.
-	if err := c.waitReady(ctx, s.opts.Timeout); err != nil {
-		return nil, err
-	}
-	if !c.enqueue(cl) {
-		return nil, c.downErr()
-	}
-	return c, nil
-}
-
-// wait waits for the answer to cl, queued on c, until the server has been silent for
-// Timeout or ctx is done. On success cl holds the answer; cl.err may hold a connection
-// failure.
-//
-// The server's silence, not the time since cl was queued, is what times out: the answers
-// before cl's (one 300 MB get, say) and cl's own may take longer than Timeout to arrive,
-// and as long as they keep arriving the server is doing its job; nor is the server late
-// while moxi has not written cl out yet, or not read what it sent (c.silence). So when the
-// timer fires early in a silence, it is set again for the rest of Timeout.
-func (s *Server) wait(ctx context.Context, c *conn, cl *call) error {
-	cl.timer.Reset(s.opts.Timeout)
-waiting:
-	for {
-		select {
-		case <-cl.done:
-			cl.timer.Stop()
-			return nil
-		case <-ctx.Done():
-			cl.timer.Stop()
-			break waiting
-		case <-cl.timer.C:
-			quiet := c.silence(cl.sent.Load())
-			if quiet >= s.opts.Timeout {
-				break waiting
-			}
-			cl.timer.Reset(s.opts.Timeout - quiet)
-		}
-	}
-	if cl.abandon() {
-		// The connection still owns cl and will drop its late answer; never reuse it.
-		cl.orphaned = true
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return ErrTimeout
-	}
-	<-cl.done // answered while we gave up: take the answer
-	return nil
-}
-
 // clock is a monotonic time in nanoseconds since s was made: it fits an atomic.Int64,
 // and a step of the wall clock cannot turn into a silence.
 func (s *Server) clock() int64 { return int64(time.Since(s.epoch)) }
 
-// acquire waits for room among the requests in flight, up to the request timeout.
-func (s *Server) acquire(ctx context.Context) error {
+// tryAcquire takes room among the requests in flight, when there is some.
+func (s *Server) tryAcquire() bool {
 	select {
 	case s.slots <- struct{}{}:
 		s.inFlight.Add(1)
-		return nil
+		return true
 	default:
+		return false
 	}
+}
+
+// acquire waits for room among the requests in flight, up to the request timeout.
+func (s *Server) acquire(ctx context.Context) error {
 	t := time.NewTimer(s.opts.Timeout)
 	defer t.Stop()
 	select {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -36,7 +37,7 @@ func do(t *testing.T, s *Server, req *protocol.Request) protocol.Response {
 	if req.Op.IsRetrieval() {
 		resps = make([]protocol.Response, len(req.Keys))
 	}
-	if err := s.Do(context.Background(), nil, req, resps); err != nil {
+	if err := pool.Do(context.Background(), s, nil, req, resps); err != nil {
 		t.Fatalf("%s: %v", req.Op, err)
 	}
 	return resps[0]
@@ -118,7 +119,7 @@ func TestMultiGetOrderRepeatsAndCas(t *testing.T) {
 	before := memcachedtest.Stats(t, mc.Addr)["cmd_get"]
 	req := protocol.Request{Op: protocol.OpGets, Keys: keys(ks...)}
 	resps := make([]protocol.Response, len(ks))
-	if err := s.Do(context.Background(), nil, &req, resps); err != nil {
+	if err := pool.Do(context.Background(), s, nil, &req, resps); err != nil {
 		t.Fatal(err)
 	}
 	for j, k := range ks {
@@ -160,12 +161,12 @@ func TestConcurrentPipelining(t *testing.T) {
 			for i := range 200 {
 				k := fmt.Sprintf("g%d:%d", g, i)
 				set := protocol.Request{Op: protocol.OpSet, Key: []byte(k), Value: []byte(k)}
-				if err := s.Do(context.Background(), nil, &set, resps[:1]); err != nil || resps[0].Status != protocol.StatusOK {
+				if err := pool.Do(context.Background(), s, nil, &set, resps[:1]); err != nil || resps[0].Status != protocol.StatusOK {
 					errs <- fmt.Errorf("set %s: %v %+v", k, err, resps[0])
 					return
 				}
 				get := protocol.Request{Op: protocol.OpGet, Keys: keys(k, "missing", k)}
-				if err := s.Do(context.Background(), nil, &get, resps); err != nil {
+				if err := pool.Do(context.Background(), s, nil, &get, resps); err != nil {
 					errs <- err
 					return
 				}
@@ -265,7 +266,7 @@ func (f *fakeServer) close() {
 func getKey(t *testing.T, s *Server, key string) (protocol.Response, error) {
 	t.Helper()
 	var resps [1]protocol.Response
-	err := s.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpGet, Keys: keys(key)}, resps[:])
+	err := pool.Do(context.Background(), s, nil, &protocol.Request{Op: protocol.OpGet, Keys: keys(key)}, resps[:])
 	return resps[0], err
 }
 

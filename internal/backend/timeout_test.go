@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -66,9 +67,9 @@ func TestLargeAnswerIsNotATimeout(t *testing.T) {
 				set := protocol.Request{Op: protocol.OpSet, Key: k, Value: v}
 				get := protocol.Request{Op: protocol.OpGet, Keys: [][]byte{k}}
 				start := time.Now()
-				err := s.Do(context.Background(), nil, &set, resps)
+				err := pool.Do(context.Background(), s, nil, &set, resps)
 				if err == nil {
-					err = s.Do(context.Background(), nil, &get, resps)
+					err = pool.Do(context.Background(), s, nil, &get, resps)
 				}
 				if err == nil && !bytes.Equal(resps[0].Value, v) {
 					err = fmt.Errorf("get %s: %q, want %q", k, resps[0].Value, v)
@@ -87,7 +88,7 @@ func TestLargeAnswerIsNotATimeout(t *testing.T) {
 
 	resps := make([]protocol.Response, n)
 	start := time.Now()
-	err := s.Do(context.Background(), nil, &req, resps)
+	err := pool.Do(context.Background(), s, nil, &req, resps)
 	d := time.Since(start)
 	close(stop)
 	wg.Wait()
@@ -126,7 +127,7 @@ func TestSlowSteadyReaderIsNotATimeout(t *testing.T) {
 	for i := range cap(errs) {
 		go func() {
 			var resps [1]protocol.Response
-			errs <- s.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpSet, Key: []byte("k" + strconv.Itoa(i)), Value: value}, resps[:])
+			errs <- pool.Do(context.Background(), s, nil, &protocol.Request{Op: protocol.OpSet, Key: []byte("k" + strconv.Itoa(i)), Value: value}, resps[:])
 		}()
 	}
 	failed := 0

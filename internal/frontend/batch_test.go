@@ -17,27 +17,21 @@ import (
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
-// countingServer is an embedded store that counts the requests it is asked.
+// countingServer is an embedded store that counts the requests it is asked: lone ones
+// (calls) and runs (batches).
 type countingServer struct {
 	*memstore.Store
 	calls   atomic.Int64
 	batches atomic.Int64
 }
 
-func (s *countingServer) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	s.batches.Add(1)
-	s.Store.DoBatch(ctx, order, reqs, resps, errs)
-}
-
-// StartBatch counts as the DoBatch or Do it stands for (the store's own would call the
-// store's, not these).
-func (s *countingServer) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
-	return pool.StartNow(ctx, order, s, reqs, resps, errs, done)
-}
-
-func (s *countingServer) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
-	s.calls.Add(1)
-	return s.Store.Do(ctx, order, req, resps)
+func (s *countingServer) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	if len(reqs) == 1 {
+		s.calls.Add(1)
+	} else {
+		s.batches.Add(1)
+	}
+	s.Store.Start(ctx, order, reqs, resps, errs, done)
 }
 
 // startCounting serves a proxy over one countingServer.

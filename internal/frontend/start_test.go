@@ -79,7 +79,7 @@ func (h *startHandler) Start(ctx context.Context, order *turn.Turn, reqs []proto
 	if h.decline != nil && h.decline(r.keys) {
 		return false
 	}
-	order.Dispatched() // on its way, as a pool.Starter's StartBatch: the next run may start
+	order.Dispatched() // on its way, as a pool.Server.Start dispatches: the next run may start
 	h.mu.Lock()
 	h.all = append(h.all, r)
 	h.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -18,7 +19,7 @@ func benchStore(b *testing.B) (*Store, [][]byte) {
 	for i := range keys {
 		keys[i] = []byte("bench:key:" + strconv.Itoa(i))
 		req := protocol.Request{Op: protocol.OpSet, Key: keys[i], Value: value}
-		s.Do(context.Background(), nil, &req, make([]protocol.Response, 1))
+		pool.Do(context.Background(), s, nil, &req, make([]protocol.Response, 1))
 	}
 	return s, keys
 }
@@ -31,7 +32,7 @@ func BenchmarkGetHit(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		req.Keys[0] = keys[i%benchKeys]
-		s.Do(ctx, nil, &req, resps)
+		pool.Do(ctx, s, nil, &req, resps)
 	}
 }
 
@@ -43,7 +44,7 @@ func BenchmarkSet(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		req.Key = keys[i%benchKeys]
-		s.Do(ctx, nil, &req, resps)
+		pool.Do(ctx, s, nil, &req, resps)
 	}
 }
 
@@ -56,7 +57,7 @@ func BenchmarkGetHitParallel(b *testing.B) {
 		resps := make([]protocol.Response, 1)
 		for i := 0; pb.Next(); i++ {
 			req.Keys[0] = keys[i%benchKeys]
-			s.Do(ctx, nil, &req, resps)
+			pool.Do(ctx, s, nil, &req, resps)
 		}
 	})
 }
@@ -70,7 +71,7 @@ func BenchmarkSetParallel(b *testing.B) {
 		resps := make([]protocol.Response, 1)
 		for i := 0; pb.Next(); i++ {
 			req.Key = keys[i%benchKeys]
-			s.Do(ctx, nil, &req, resps)
+			pool.Do(ctx, s, nil, &req, resps)
 		}
 	})
 }
@@ -86,6 +87,6 @@ func BenchmarkSetNewKeys(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		key = strconv.AppendInt(append(key[:0], "new:"...), int64(i), 10)
 		req.Key = key
-		s.Do(ctx, nil, &req, resps)
+		pool.Do(ctx, s, nil, &req, resps)
 	}
 }

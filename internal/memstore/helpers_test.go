@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
-	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // start is the fake clock's origin: a real unix time, so that absolute exptimes (over 30
@@ -29,7 +29,7 @@ func newTestStore(maxBytes int64) (*Store, *clock) {
 func do(t *testing.T, s *Store, req protocol.Request) protocol.Response {
 	t.Helper()
 	resps := make([]protocol.Response, 1)
-	if err := s.Do(context.Background(), nil, &req, resps); err != nil {
+	if err := pool.Do(context.Background(), s, nil, &req, resps); err != nil {
 		t.Fatalf("Do(%v): %v", req.Op, err)
 	}
 	return resps[0]
@@ -77,9 +77,3 @@ func stat(t *testing.T, s *Store, name string) string {
 	t.Fatalf("no stat %q", name)
 	return ""
 }
-
-// The store must satisfy pool.Server; the method set is restated here rather than importing
-// pool, which may come to import this package.
-var _ interface {
-	Do(context.Context, *turn.Turn, *protocol.Request, []protocol.Response) error
-} = (*Store)(nil)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -119,7 +120,7 @@ func TestConcurrent(t *testing.T) {
 					{Op: protocol.OpDelete, Key: key},
 				}
 				for j := range reqs {
-					if err := s.Do(t.Context(), nil, &reqs[j], resps); err != nil {
+					if err := pool.Do(t.Context(), s, nil, &reqs[j], resps); err != nil {
 						t.Error(err)
 						return
 					}
@@ -140,7 +141,7 @@ func TestGetHitAllocs(t *testing.T) {
 	req := protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("key")}}
 	resps := make([]protocol.Response, 1)
 	allocs := testing.AllocsPerRun(100, func() {
-		s.Do(t.Context(), nil, &req, resps)
+		pool.Do(t.Context(), s, nil, &req, resps)
 	})
 	if resps[0].Status != protocol.StatusOK {
 		t.Fatalf("status %v", resps[0].Status)
@@ -155,7 +156,7 @@ func TestSetOverwriteAllocs(t *testing.T) {
 	req := protocol.Request{Op: protocol.OpSet, Key: []byte("key"), Value: []byte("value")}
 	resps := make([]protocol.Response, 1)
 	allocs := testing.AllocsPerRun(100, func() {
-		s.Do(t.Context(), nil, &req, resps)
+		pool.Do(t.Context(), s, nil, &req, resps)
 	})
 	// The value must be copied, and nothing else.
 	if allocs != 1 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -292,12 +293,12 @@ func TestMetaDifferential(t *testing.T) {
 	s := New(Options{})
 	ctx := context.Background()
 	got := metaRun(t, script, func(req *protocol.Request, resps []protocol.Response) {
-		if err := s.Do(ctx, nil, req, resps); err != nil {
+		if err := pool.Do(ctx, s, nil, req, resps); err != nil {
 			t.Fatal(err)
 		}
 	}, func(key []byte) {
 		del := protocol.Request{Op: protocol.OpDelete, Key: key}
-		_ = s.Do(ctx, nil, &del, make([]protocol.Response, 1))
+		_ = pool.Do(ctx, s, nil, &del, make([]protocol.Response, 1))
 	})
 	metaCompare(t, metaMask(got), metaMask(want))
 }

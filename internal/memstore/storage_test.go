@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -153,7 +154,7 @@ func TestMultiGet(t *testing.T) {
 	set(t, s, "c", "3", 3, 0)
 	req := protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("a"), []byte("b"), []byte("c"), []byte("a")}}
 	resps := make([]protocol.Response, len(req.Keys))
-	if err := s.Do(t.Context(), nil, &req, resps); err != nil {
+	if err := pool.Do(t.Context(), s, nil, &req, resps); err != nil {
 		t.Fatal(err)
 	}
 	want := []struct {

@@ -13,10 +13,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
-var (
-	_ pool.Server  = (*Store)(nil)
-	_ pool.Starter = (*Store)(nil)
-)
+var _ pool.Server = (*Store)(nil)
 
 // DefaultMaxBytes is the memory bound of a Store whose Options.MaxBytes is 0, memcached's
 // default of 64 MiB.
@@ -46,11 +43,12 @@ type Options struct {
 // bytes it returns in a Response are its own item bytes and are never modified afterwards
 // (every modification builds a new slice), so callers may keep them without copying.
 type Store struct {
-	now      func() time.Time // read-only after New
-	maxBytes int64            // guarded by mu (cache_memlimit changes it)
-	bound    int64            // read-only after New; the configured maxBytes, which cache_memlimit never exceeds
-	version  []byte           // read-only after New; handed out in responses, never modified
-	requests atomic.Uint64    // requests handed to Do, for the admin views
+	now      func() time.Time                                                                // read-only after New
+	maxBytes int64                                                                           // guarded by mu (cache_memlimit changes it)
+	bound    int64                                                                           // read-only after New; the configured maxBytes, which cache_memlimit never exceeds
+	version  []byte                                                                          // read-only after New; handed out in responses, never modified
+	requests atomic.Uint64                                                                   // requests executed, for the admin views
+	doFunc   func(context.Context, *turn.Turn, *protocol.Request, []protocol.Response) error // do, made once
 
 	mu      sync.Mutex
 	items   map[string]*item // guarded by mu
@@ -69,6 +67,7 @@ func New(opts Options) *Store {
 		version:  []byte(version),
 		items:    make(map[string]*item),
 	}
+	s.doFunc = s.do
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -80,11 +79,16 @@ func New(opts Options) *Store {
 	return s
 }
 
-// Do executes req and fills resps as pool.Server requires: resps[i] answers req.Keys[i] for
-// a retrieval, resps[0] answers any other command. Every outcome is a Status; the error is
-// always nil because an in-process store always answers. Response.Key aliases the request's
-// key bytes.
-func (s *Store) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+// Start executes reqs at once, one after the other, and calls done before it returns: an
+// in-process store has no answer to wait for. Every outcome is a Status and every error
+// nil, as a store always answers. Response.Key aliases the request's key bytes.
+func (s *Store) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	pool.DoEach(ctx, order, reqs, resps, errs, s.doFunc)
+	done()
+}
+
+// do executes req: resps[i] answers req.Keys[i] for a retrieval, resps[0] any other command.
+func (s *Store) do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	s.requests.Add(1)
 	s.mu.Lock()
 	defer order.Dispatched() // executed in full: the connection's next request may start
@@ -136,17 +140,6 @@ func (s *Store) Do(ctx context.Context, order *turn.Turn, req *protocol.Request,
 		r.Status = protocol.StatusUnknownCommand
 	}
 	return nil
-}
-
-// DoBatch executes reqs one by one (see pool.DoEach).
-func (s *Store) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, order, s, reqs, resps, errs)
-}
-
-// StartBatch executes reqs at once and calls done before it returns (pool.StartNow): an
-// in-process store has no answer to wait for.
-func (s *Store) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
-	return pool.StartNow(ctx, order, s, reqs, resps, errs, done)
 }
 
 // Up is always true: an in-process store cannot be unreachable.

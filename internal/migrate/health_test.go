@@ -41,7 +41,7 @@ func TestMigrationForwardsHealthAndCounters(t *testing.T) {
 
 	req := protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}
 	var resp [1]protocol.Response
-	if err := m.Do(context.Background(), nil, &req, resp[:]); err != nil {
+	if err := pool.Do(context.Background(), m, nil, &req, resp[:]); err != nil {
 		t.Fatal(err)
 	}
 	info := m.Info()
@@ -104,18 +104,18 @@ func TestFailoverSeesDeadMigratingSlot(t *testing.T) {
 func TestScheduledServesOld(t *testing.T) {
 	oldServer, newServer := memstore.New(memstore.Options{}), memstore.New(memstore.Options{})
 	m := New(Options{Pool: "p", Name: "s", From: memcachedtest.Blackhole(t), To: "new", New: newServer, Old: oldServer, At: time.Now().Add(time.Hour)})
-	m.Start()
+	m.Copy()
 	defer m.Close()
 	if p := m.Phase(); p != Scheduled {
 		t.Errorf("phase %q before migrate_at, want %q", p, Scheduled)
 	}
 	var r [1]protocol.Response
-	if err := m.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}, r[:]); err != nil {
+	if err := pool.Do(context.Background(), m, nil, &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}, r[:]); err != nil {
 		t.Fatal(err)
 	}
 	resps := make([]protocol.Response, 1)
 	errs := make([]error, 1)
-	m.DoBatch(context.Background(), nil, []protocol.Request{{Op: protocol.OpSet, Key: []byte("b"), Value: []byte("v")}}, resps, errs)
+	pool.DoBatch(context.Background(), m, nil, []protocol.Request{{Op: protocol.OpSet, Key: []byte("b"), Value: []byte("v")}}, resps, errs)
 	if o, n := oldServer.Info().Counters.Requests, newServer.Info().Counters.Requests; o != 2 || n != 0 {
 		t.Errorf("old server got %d requests, new %d; want 2 and 0", o, n)
 	}

@@ -74,8 +74,8 @@ type Status struct {
 	Err                  string
 }
 
-// Migration is one slot being moved. It is the slot's server while it lasts (it implements
-// Do), and safe for concurrent use.
+// Migration is one slot being moved. It is the slot's server while it lasts (a
+// pool.Server), and safe for concurrent use.
 //
 // The interleavings it guards against, for one key k: a copy (background or read-through)
 // reads v1 from the old server, then a client's write of v2 or delete of k is acknowledged,
@@ -137,8 +137,8 @@ func (m *Migration) scheduled() bool {
 	return false
 }
 
-// Start begins the background copy; Stop ends it.
-func (m *Migration) Start() {
+// Copy begins the background copy; Stop ends it.
+func (m *Migration) Copy() {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.stop, m.stopped = cancel, make(chan struct{})
 	m.mu.Lock()
@@ -253,13 +253,27 @@ func (m *Migration) finish(phase string, err error) {
 	m.old.close() // done: nothing reads the old server again (a removed server is let go)
 }
 
-// Do answers a request for the slot. Once the copy is done the new server alone answers.
-func (m *Migration) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+// Start answers requests for the slot: while scheduled, the old server's; once the copy is
+// done, the new server's, passed on; while copying, one request after the other under
+// its key's rules (do), on a goroutine that waits.
+func (m *Migration) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	switch {
+	case m.scheduled():
+		m.opts.Old.Start(ctx, order, reqs, resps, errs, done)
+	case m.Phase() == Done:
+		m.opts.New.Start(ctx, order, reqs, resps, errs, done)
+	default:
+		pool.StartWaiting(ctx, order, reqs, resps, errs, done, m.do)
+	}
+}
+
+// do answers one request for the slot.
+func (m *Migration) do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	if m.scheduled() {
-		return m.opts.Old.Do(ctx, order, req, resps)
+		return pool.Do(ctx, m.opts.Old, order, req, resps)
 	}
 	if m.Phase() == Done {
-		return m.opts.New.Do(ctx, order, req, resps)
+		return pool.Do(ctx, m.opts.New, order, req, resps)
 	}
 	switch {
 	case req.Op == protocol.OpGet || req.Op == protocol.OpGets:
@@ -270,31 +284,17 @@ func (m *Migration) Do(ctx context.Context, order *turn.Turn, req *protocol.Requ
 		for _, k := range req.Keys { // a touch: the old copy's TTL would be wrong now
 			m.markTouched(k)
 		}
-		return m.opts.New.Do(ctx, order, req, resps)
+		return pool.Do(ctx, m.opts.New, order, req, resps)
 	case req.Op == protocol.OpFlushAll:
-		err := m.opts.New.Do(ctx, order, req, resps)
+		err := pool.Do(ctx, m.opts.New, order, req, resps)
 		if err == nil {
 			var old [1]protocol.Response
 			_ = m.old.with(ctx, m.opts.Timeout, func(c *textConn) error { return flushOld(c, req.Exptime, &old[0]) })
 		}
 		return err
 	default:
-		return m.opts.New.Do(ctx, order, req, resps)
+		return pool.Do(ctx, m.opts.New, order, req, resps)
 	}
-}
-
-// DoBatch executes writes for the slot: once the copy is done as the new server's batch,
-// before that one by one, each under its key's rules (see write).
-func (m *Migration) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	if m.scheduled() {
-		m.opts.Old.DoBatch(ctx, order, reqs, resps, errs)
-		return
-	}
-	if m.Phase() == Done {
-		m.opts.New.DoBatch(ctx, order, reqs, resps, errs)
-		return
-	}
-	pool.DoEach(ctx, order, m, reqs, resps, errs)
 }
 
 // write sends a write to the new server and deletes the key on the old one, under the
@@ -304,7 +304,7 @@ func (m *Migration) write(ctx context.Context, order *turn.Turn, req *protocol.R
 	mu.Lock()
 	defer mu.Unlock()
 	m.markTouched(req.Key)
-	if err := m.opts.New.Do(ctx, order, req, resps); err != nil {
+	if err := pool.Do(ctx, m.opts.New, order, req, resps); err != nil {
 		return err
 	}
 	found, err := m.old.delete(ctx, req.Key)
@@ -334,7 +334,7 @@ func deletedThere(req *protocol.Request, resp *protocol.Response) {
 // read answers from the new server, and keys it misses from the old one, copying each hit
 // over with add (it never overwrites a newer value) and its remaining TTL.
 func (m *Migration) read(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
-	if err := m.opts.New.Do(ctx, order, req, resps); err != nil {
+	if err := pool.Do(ctx, m.opts.New, order, req, resps); err != nil {
 		return err
 	}
 	var missed [][]byte
@@ -388,7 +388,7 @@ func (m *Migration) recheck(ctx context.Context, keys [][]byte, items []itemcopy
 	}
 	get := protocol.Request{Op: protocol.OpGet, Keys: ask}
 	resps := make([]protocol.Response, len(ask))
-	if m.opts.New.Do(ctx, nil, &get, resps) != nil { // on no client's order: the client's read has its answer already
+	if pool.Do(ctx, m.opts.New, nil, &get, resps) != nil { // on no client's order: the client's read has its answer already
 		return
 	}
 	for i := range resps {
@@ -467,7 +467,7 @@ func (m *Migration) addAll(ctx context.Context, keys [][]byte, items []itemcopy.
 		return nil
 	}
 	resps, errs := make([]protocol.Response, len(adds)), make([]error, len(adds))
-	m.opts.New.DoBatch(ctx, nil, adds, resps, errs) // on no client's order: the stripe locks order it
+	pool.DoBatch(ctx, m.opts.New, nil, adds, resps, errs) // on no client's order: the stripe locks order it
 	for i := range adds {
 		if errs[i] != nil {
 			return errs[i]

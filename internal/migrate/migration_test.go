@@ -7,6 +7,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 	"github.com/moxi-proxy/moxi/internal/memstore"
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -23,7 +24,7 @@ func TestDeadOldServerDoesNotStallReads(t *testing.T) {
 		req := protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("k")}}
 		resps := make([]protocol.Response, 1)
 		start := time.Now()
-		if err := m.Do(context.Background(), nil, &req, resps); err != nil {
+		if err := pool.Do(context.Background(), m, nil, &req, resps); err != nil {
 			t.Fatal(err)
 		}
 		return resps[0], time.Since(start)
@@ -48,7 +49,7 @@ func TestWriteMarksTouched(t *testing.T) {
 	defer m.Close()
 	set := protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v2")}
 	resps := make([]protocol.Response, 1)
-	if err := m.Do(context.Background(), nil, &set, resps); err != nil || resps[0].Status != protocol.StatusOK {
+	if err := pool.Do(context.Background(), m, nil, &set, resps); err != nil || resps[0].Status != protocol.StatusOK {
 		t.Fatalf("set: %v %+v", err, resps[0])
 	}
 	if !m.isTouched([]byte("k")) {

@@ -165,10 +165,7 @@ type replica struct {
 	direct []Server // every member's server under the replica: where requests are sent
 }
 
-var (
-	_ Server  = (*replica)(nil)
-	_ Starter = (*replica)(nil)
-)
+var _ Server = (*replica)(nil)
 
 // composeReplicas wraps each member's server in a replica, when the pool keeps more than one.
 func (p *Pool) composeReplicas() {
@@ -184,7 +181,8 @@ func (p *Pool) composeReplicas() {
 	}
 }
 
-func (r *replica) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+// do executes one request on its key's replicas, waiting for them.
+func (r *replica) do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	switch {
 	case req.Op.IsRetrieval():
 		return r.read(ctx, order, req, resps)
@@ -193,19 +191,22 @@ func (r *replica) Do(ctx context.Context, order *turn.Turn, req *protocol.Reques
 	case req.Op.ChangesKey():
 		return r.write(ctx, order, req, resps)
 	}
-	return r.direct[r.self].Do(ctx, order, req, resps) // no key: the member's own server
+	return Do(ctx, r.direct[r.self], order, req, resps) // no key: the member's own server
 }
 
-// DoBatch executes the batch one request after the other: each may go to other servers.
-func (r *replica) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	DoEach(ctx, order, r, reqs, resps, errs)
+// Start starts a lone plain write (the kind a fan-out sends, see fanOut) on every serving
+// replica without a goroutine waiting for it: the replicas' answers finish it. Anything
+// else — a run (each request may go to other servers), a read, a write whose key's lock is
+// taken — is executed one request after the other on a goroutine that waits (do).
+func (r *replica) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	if !r.startWrite(ctx, order, reqs, resps, errs, done) {
+		StartWaiting(ctx, order, reqs, resps, errs, done, r.do)
+	}
 }
 
-// StartBatch starts a lone plain write (the kind a fan-out sends, see fanOut) on every
-// serving replica without a goroutine waiting for it: the replicas' answers finish it. It
-// declines everything else, and a write whose key's lock is taken or whose replicas cannot
-// start it at once.
-func (r *replica) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+// startWrite is Start's way without a wait, for a lone plain write whose key's lock is
+// free and whose key has a serving replica; false, having done nothing, for anything else.
+func (r *replica) startWrite(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
 	if len(reqs) != 1 || !reqs[0].Op.ChangesKey() || decided(&reqs[0]) {
 		return false
 	}
@@ -221,10 +222,6 @@ func (r *replica) StartBatch(ctx context.Context, order *turn.Turn, reqs []proto
 	for _, i := range set.idx[:set.n] {
 		if !p.serving(i) {
 			continue
-		}
-		if _, ok := r.direct[i].(Starter); !ok {
-			l.mu.Unlock()
-			return false
 		}
 		targets[n] = i
 		n++
@@ -251,12 +248,7 @@ func (r *replica) StartBatch(ctx context.Context, order *turn.Turn, reqs []proto
 	for j, i := range targets[:n] {
 		s := &f.sends[j]
 		s.req[0] = *req
-		if !r.direct[i].(Starter).StartBatch(ctx, each, s.req[:], s.resp[:], s.err[:], func() { f.collect(s) }) {
-			go func() {
-				s.err[0] = r.direct[i].Do(ctx, each, &s.req[0], s.resp[:])
-				f.collect(s)
-			}()
-		}
+		r.direct[i].Start(ctx, each, s.req[:], s.resp[:], s.err[:], func() { f.collect(s) })
 	}
 	dispatched()
 	f.open() // only now may the answer end the request, and its turn with it
@@ -285,7 +277,7 @@ type fan struct {
 	err                    error             // a replica's failure to answer
 	answered               bool
 	// closed holds the answer back until open: the request, answered, ends, and its turn
-	// with it, which the sender still gives on after starting the sends (StartBatch).
+	// with it, which the sender still gives on after starting the sends (startWrite).
 	closed bool
 }
 
@@ -508,7 +500,7 @@ func (r *replica) fanOut(ctx context.Context, order *turn.Turn, req *protocol.Re
 		s := &f.sends[j]
 		s.req[0] = *req
 		go func() {
-			s.err[0] = r.direct[i].Do(ctx, send, &s.req[0], s.resp[:])
+			s.err[0] = Do(ctx, r.direct[i], send, &s.req[0], s.resp[:])
 			f.collect(s)
 		}()
 	}
@@ -524,7 +516,7 @@ func (r *replica) decide(ctx context.Context, order *turn.Turn, req *protocol.Re
 	each, done := order.Defer()
 	defer done()
 	first := targets[0]
-	if err := r.direct[first].Do(ctx, each, req, resps); err != nil {
+	if err := Do(ctx, r.direct[first], each, req, resps); err != nil {
 		// It may have landed there: the others keep their item, but the first owes the key.
 		p.opts.StandIns.away(p.members[first].Base, p.name, p.members[first].Name, req.Key)
 		return err
@@ -535,7 +527,7 @@ func (r *replica) decide(ctx context.Context, order *turn.Turn, req *protocol.Re
 	get := itemcopy.Get(req.Key)
 	var got [1]protocol.Response
 	carry := protocol.Request{Op: protocol.OpDelete, Key: req.Key}
-	if err := r.direct[first].Do(ctx, each, &get, got[:]); err != nil {
+	if err := Do(ctx, r.direct[first], each, &get, got[:]); err != nil {
 		// What the first holds now is unknown, and it is failing: the write is not
 		// acknowledged, so the others' item stays right, and the first owes the key.
 		p.opts.StandIns.away(p.members[first].Base, p.name, p.members[first].Name, req.Key)
@@ -551,7 +543,7 @@ func (r *replica) decide(ctx context.Context, order *turn.Turn, req *protocol.Re
 	for _, i := range targets[1:] {
 		wg.Go(func() {
 			var one [1]protocol.Response
-			err := r.direct[i].Do(ctx, each, &carry, one[:])
+			err := Do(ctx, r.direct[i], each, &carry, one[:])
 			if !acked(&one[0], err) {
 				p.opts.StandIns.away(p.members[i].Base, p.name, p.members[i].Name, req.Key)
 			}
@@ -635,7 +627,7 @@ func (r *replica) read(ctx context.Context, order *turn.Turn, req *protocol.Requ
 					sub.Keys[j] = req.Keys[k]
 				}
 				out := make([]protocol.Response, len(ks))
-				err := r.direct[s].Do(ctx, turnOf, &sub, out)
+				err := Do(ctx, r.direct[s], turnOf, &sub, out)
 				mu.Lock()
 				defer mu.Unlock()
 				for j, k := range ks {
@@ -718,7 +710,7 @@ func (r *replica) metaGet(ctx context.Context, order *turn.Turn, req *protocol.R
 			turnOf = order.After()
 		}
 		var one [1]protocol.Response
-		if err = r.direct[s].Do(ctx, turnOf, req, one[:]); err != nil {
+		if err = Do(ctx, r.direct[s], turnOf, req, one[:]); err != nil {
 			continue
 		}
 		resps[0] = one[0]
@@ -746,7 +738,7 @@ func (r *replica) repair(ctx context.Context, order *turn.Turn, key []byte, from
 	p := r.pool
 	get := itemcopy.Get(key)
 	var got [1]protocol.Response
-	if err := r.direct[from].Do(ctx, order, &get, got[:]); err != nil {
+	if err := Do(ctx, r.direct[from], order, &get, got[:]); err != nil {
 		return
 	}
 	it := itemcopy.Parse(&got[0])
@@ -763,7 +755,7 @@ func (r *replica) repair(ctx context.Context, order *turn.Turn, key []byte, from
 	p.opts.KeyLocks.ifQuiet(key, epoch, func() {
 		for _, i := range missed {
 			var one [1]protocol.Response
-			if err := r.direct[i].Do(ctx, order, &add, one[:]); err == nil && one[0].Status == protocol.StatusOK {
+			if err := Do(ctx, r.direct[i], order, &add, one[:]); err == nil && one[0].Status == protocol.StatusOK {
 				if p.opts.Repaired != nil {
 					p.opts.Repaired()
 				}

@@ -13,13 +13,8 @@ import (
 // zero-size value may be equal).
 type upServer struct{ name string }
 
-func (upServer) Do(context.Context, *turn.Turn, *protocol.Request, []protocol.Response) error {
-	return context.DeadlineExceeded
-}
-func (upServer) DoBatch(_ context.Context, _ *turn.Turn, _ []protocol.Request, _ []protocol.Response, errs []error) {
-	for i := range errs {
-		errs[i] = context.DeadlineExceeded
-	}
+func (upServer) Start(_ context.Context, order *turn.Turn, _ []protocol.Request, _ []protocol.Response, errs []error, done func()) {
+	Fail(order, errs, context.DeadlineExceeded, done)
 }
 func (upServer) Up() bool     { return true }
 func (upServer) Info() Info   { return Info{State: StateUp} }

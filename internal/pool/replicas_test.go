@@ -114,7 +114,8 @@ func away(m *pool.Member) bool {
 }
 
 // TestReplicaStarts: a member of a replicated pool starts a lone plain write on both
-// replicas, dispatching the request's turn once, and declines every other batch; with one
+// replicas without a goroutine waiting for it, dispatching the request's turn once and
+// before its answer; every other run is executed on a goroutine that waits. With one
 // replica down the write is started on the other, and the one down owes the key: up again,
 // it serves no key until the key is deleted on it.
 func TestReplicaStarts(t *testing.T) {
@@ -127,23 +128,24 @@ func TestReplicaStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, ok := pl.Member(0).Server.(pool.Starter)
-	if !ok {
-		t.Fatal("a replica is not a Starter")
-	}
+	sb := pl.Member(0).Server
 	start := func(reqs ...protocol.Request) (bool, *turn.Turn, []protocol.Response, int) {
 		var order turn.Turn
 		turn.NewChain(0).Next(&order)
 		resps, calls := make([]protocol.Response, len(reqs)), 0
-		ok := sb.StartBatch(context.Background(), &order, reqs, resps, make([]error, len(reqs)), func() {
+		answered := make(chan bool, 1)
+		caller := goroutineID()
+		sb.Start(context.Background(), &order, reqs, resps, make([]error, len(reqs)), func() {
 			calls++
 			// The answer ends the request, and its turn with it (the frontend reuses it):
 			// the turn must have been given on before.
 			if order.Dispatches() != 1 {
 				t.Errorf("answered with %d dispatches of its turn, want 1", order.Dispatches())
 			}
+			answered <- goroutineID() == caller
 		})
-		return ok, &order, resps, calls
+		inline := <-answered
+		return inline, &order, resps, calls
 	}
 	write := func(k string) protocol.Request {
 		return protocol.Request{Op: protocol.OpSet, Key: []byte(k), Value: []byte("v")}
@@ -152,8 +154,8 @@ func TestReplicaStarts(t *testing.T) {
 	if !ok || calls != 1 || resps[0].Status != protocol.StatusOK || order.Dispatches() != 1 {
 		t.Errorf("a lone set: started %v, done called %d times, %+v, %d dispatches", ok, calls, resps[0], order.Dispatches())
 	}
-	if a.started != 1 || b.started != 1 || !has(a, "k1") || !has(b, "k1") {
-		t.Errorf("a lone set started %d and %d times on the replicas", a.started, b.started)
+	if a.started.Load() != 1 || b.started.Load() != 1 || !has(a, "k1") || !has(b, "k1") {
+		t.Errorf("a lone set started %d and %d times on the replicas", a.started.Load(), b.started.Load())
 	}
 	for name, batch := range map[string][]protocol.Request{
 		"a get":       {{Op: protocol.OpGet, Keys: [][]byte{[]byte("k1")}}},
@@ -162,14 +164,15 @@ func TestReplicaStarts(t *testing.T) {
 		"an incr":     {{Op: protocol.OpIncr, Key: []byte("k1"), Delta: 1}},
 		"a cas write": {{Op: protocol.OpCas, Key: []byte("k1"), Value: []byte("v"), Cas: 1}},
 	} {
-		if ok, _, _, _ := start(batch...); ok {
-			t.Errorf("%s was started", name)
+		if inline, _, _, _ := start(batch...); inline {
+			t.Errorf("%s was answered without a goroutine waiting", name)
 		}
 	}
 
 	b.down.Store(true)
-	if ok, _, resps, _ := start(write("k5")); !ok || resps[0].Status != protocol.StatusOK || b.started != 1 || has(b, "k5") {
-		t.Errorf("a set with a replica down: started %v, %+v, started on it %d times", ok, resps[0], b.started)
+	startedOnB := b.started.Load()
+	if ok, _, resps, _ := start(write("k5")); !ok || resps[0].Status != protocol.StatusOK || b.started.Load() != startedOnB || has(b, "k5") {
+		t.Errorf("a set with a replica down: answered inline %v, %+v, started on it %d times", ok, resps[0], b.started.Load()-startedOnB)
 	}
 	set(t, b, "k5") // what b held of k5 before it went down: older than the write above
 	b.down.Store(false)
@@ -227,12 +230,8 @@ func TestReplicaFlushedPastMemory(t *testing.T) {
 // broken is a server that is up and never answers: every request fails with an error.
 type broken struct{ name string }
 
-func (broken) Do(_ context.Context, order *turn.Turn, _ *protocol.Request, _ []protocol.Response) error {
-	order.Dispatched()
-	return errors.New("broken")
-}
-func (b broken) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, order, b, reqs, resps, errs)
+func (broken) Start(_ context.Context, order *turn.Turn, _ []protocol.Request, _ []protocol.Response, errs []error, done func()) {
+	pool.Fail(order, errs, errors.New("broken"), done)
 }
 func (broken) Up() bool               { return true }
 func (broken) Info() pool.Info        { return pool.Info{State: pool.StateUp} }
@@ -267,7 +266,7 @@ func TestReplicaQuorums(t *testing.T) {
 			t.Fatal(err)
 		}
 		var resp [1]protocol.Response
-		err = pl.Member(0).Server.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}, resp[:])
+		err = pool.Do(context.Background(), pl.Member(0).Server, nil, &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}, resp[:])
 		got := "ok"
 		switch {
 		case err != nil:

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"sync"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/turn"
@@ -13,24 +14,31 @@ import (
 // implementation and every wrapper provides all of it, so that a wrapper cannot hide its
 // server's health or counters by forgetting a method.
 type Server interface {
-	// Do executes req and fills resps: for a retrieval (get, gets, gat, gats) one Response
-	// per req.Keys[i] in resps[i], with Key set; for any other command resps[0]. len(resps)
-	// is exactly that. A non-nil error means the server did not answer (timeout, connection
-	// failure) and resps are undefined; every answer the server gave, including a miss or
-	// NOT_STORED, is a Status with a nil error. Safe for concurrent use. req and its bytes
-	// are valid only during the call.
+	// Start executes reqs and calls done exactly once, on any goroutine — perhaps before
+	// Start returns — when resps and errs are final. It never waits: what must wait (room
+	// among the requests in flight, a dial, an earlier answer, a lock) waits on a goroutine
+	// of the server's, so that a request costs no goroutine parked on it where nothing
+	// needs one. done must not block. Safe for concurrent use.
 	//
-	// order is the request's place in its client connection's order (nil: none). Do calls
-	// order.Dispatched exactly once — when the request is on its way to the server, or
-	// failed before — and sends it on the connection order.Affinity names, minding
-	// order.Switch; internal/servertest checks every implementation for it.
-	Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error
-	// DoBatch executes reqs, single-key commands (writes, and retrievals of one key), in
-	// order, in as few exchanges with the server as it can: resps[i] and errs[i] are what
-	// Do would give for reqs[i]. The batch is dispatched (package turn) once, as a whole.
-	// This is how a client's pipelined requests travel: one round trip for a run of them,
-	// not one each.
-	DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error)
+	// reqs is one request, or a run. One request (len(reqs) == 1): for a retrieval (get,
+	// gets, gat, gats) one Response per reqs[0].Keys[i] in resps[i], with Key set; for any
+	// other command resps[0]. A run: single-key commands (writes, and retrievals of one
+	// key), executed in order in as few exchanges with the server as it can, resps[i] and
+	// errs[i] for reqs[i] — how a client's pipelined requests travel: one round trip for a
+	// run of them, not one each. errs has one entry per request. A non-nil error means the
+	// server did not answer (timeout, connection failure) and that request's resps are
+	// undefined; every answer the server gave, including a miss or NOT_STORED, is a Status
+	// with a nil error. A started call ends within the server's timeout, whatever becomes
+	// of ctx.
+	//
+	// Lifetimes: reqs and their bytes, resps and errs belong to the server from Start until
+	// done, and nothing of them (nor of order) is touched after done: the caller may reuse
+	// them for another request at once. order is the requests' place in their client
+	// connection's order (nil: none); Start calls order.Dispatched exactly once, as a whole,
+	// before done — when the requests are on their way to the server, or failed before —
+	// and sends them on the connection order.Affinity names, minding order.Switch.
+	// internal/servertest checks every implementation for all of it.
+	Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func())
 	// Up reports whether the server is considered alive. Failover moves the keys of a
 	// server that is not. Cheap: it is asked on every request.
 	Up() bool
@@ -43,45 +51,88 @@ type Server interface {
 	Close() error
 }
 
-// Starter is a Server that can also send a batch without its caller waiting for the
-// answers: the goroutine that reads them finishes the requests, so a request costs no
-// goroutine parked on it and no wake-up of one.
-type Starter interface {
-	// StartBatch is DoBatch that returns at once; reqs may also be one retrieval of many
-	// keys, answered as Do answers it (resps one per key). True: the batch was dispatched (package
-	// turn), and done is called exactly once — on any goroutine, perhaps before StartBatch
-	// returns — when resps and errs are final; done must not block. False: nothing was
-	// done and the turn is untouched (no room among the requests in flight, no connection
-	// up, the request must wait for an earlier one on another path); the caller uses
-	// DoBatch. reqs must stay valid until done. A started batch ends within the server's
-	// timeout, whatever becomes of ctx.
-	StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool
+// Do is Start of one request, waiting for its answer: resps as Start fills them for one
+// request, and its error. For a caller that has a goroutine to wait on anyway (a
+// background copy, a migration, a retry).
+func Do(ctx context.Context, s Server, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	w := getWaiter()
+	w.req[0] = *req
+	s.Start(ctx, order, w.req[:], resps, w.err[:], w.doneFunc)
+	<-w.done
+	err := w.err[0]
+	putWaiter(w)
+	return err
 }
 
-// DoEach is DoBatch one request at a time, for a server with nothing to gain from batches
-// (an in-process store) or whose rules are per request (a migration). The batch keeps its
-// turn until every request has been executed, so that none is overtaken by the client's
-// next request.
-func DoEach(ctx context.Context, order *turn.Turn, s Server, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	each, done := order.Defer()
-	defer done()
-	for i := range reqs {
-		errs[i] = s.Do(ctx, each, &reqs[i], resps[i:i+1])
+// DoBatch is Start of a run, waiting for its answers.
+func DoBatch(ctx context.Context, s Server, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
+	w := getWaiter()
+	s.Start(ctx, order, reqs, resps, errs, w.doneFunc)
+	<-w.done
+	putWaiter(w)
+}
+
+// waiter is what Do and DoBatch wait on; pooled, as they serve every request of some paths.
+type waiter struct {
+	req      [1]protocol.Request
+	err      [1]error
+	done     chan struct{}
+	doneFunc func()
+}
+
+var waiters sync.Pool // of *waiter
+
+func getWaiter() *waiter {
+	if w, ok := waiters.Get().(*waiter); ok {
+		return w
 	}
+	w := &waiter{done: make(chan struct{}, 1)}
+	w.doneFunc = func() { w.done <- struct{}{} }
+	return w
 }
 
-// StartNow is StartBatch for a server with no answer to wait for (an in-process store): it
-// executes reqs at once with s's DoBatch (a get of many keys with its Do), calls done, and
-// reports true. The request path then takes the same started way over s as over a remote
-// server.
-func StartNow(ctx context.Context, order *turn.Turn, s Server, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
-	if len(reqs) == 1 && len(reqs[0].Keys) > 1 {
-		errs[0] = s.Do(ctx, order, &reqs[0], resps)
-	} else {
-		s.DoBatch(ctx, order, reqs, resps, errs)
+func putWaiter(w *waiter) {
+	w.req[0], w.err[0] = protocol.Request{}, nil
+	waiters.Put(w)
+}
+
+// StartWaiting is the Start of a server whose rules wait for answers (a migration, a
+// warm-up, a stand-in write, a replicated read): do, one request's rules as a function
+// that waits, runs on a goroutine of its own for each request of reqs in order, then done.
+// The run keeps its turn until every request has been executed, so that none is overtaken
+// by the client's next request.
+func StartWaiting(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func(),
+	do func(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error) {
+	go func() {
+		DoEach(ctx, order, reqs, resps, errs, do)
+		done()
+	}()
+}
+
+// Fail is the Start of requests that cannot be sent (no server): their turn given on, every
+// one failed with err, then done.
+func Fail(order *turn.Turn, errs []error, err error, done func()) {
+	order.Dispatched()
+	for i := range errs {
+		errs[i] = err
 	}
 	done()
-	return true
+}
+
+// DoEach executes reqs, one request or a run (see Server.Start), with do, one request's
+// rules as a function that waits; a run one request after the other, keeping its turn
+// until the last has been executed.
+func DoEach(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error,
+	do func(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error) {
+	if len(reqs) == 1 {
+		errs[0] = do(ctx, order, &reqs[0], resps)
+		return
+	}
+	each, dispatched := order.Defer()
+	defer dispatched()
+	for i := range reqs {
+		errs[i] = do(ctx, each, &reqs[i], resps[i:i+1])
+	}
 }
 
 // State is a server's state as the admin views show it.
@@ -104,7 +155,7 @@ type Info struct {
 // Counters are moxi's counts for one server since it was created. An embedded store counts
 // requests only; it has no connections and cannot fail to answer.
 type Counters struct {
-	Requests      uint64 // requests handed to Do
+	Requests      uint64 // requests started
 	Timeouts      uint64 // not answered in time
 	Connect       uint64 // no connection (dead, refused, not yet connected)
 	IO            uint64 // the connection broke

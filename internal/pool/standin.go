@@ -319,7 +319,7 @@ func flush(ctx context.Context, s Server) bool {
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
 	var resp [1]protocol.Response
-	err := s.Do(ctx, nil, &protocol.Request{Op: protocol.OpFlushAll}, resp[:])
+	err := Do(ctx, s, nil, &protocol.Request{Op: protocol.OpFlushAll}, resp[:])
 	return err == nil && resp[0].Status == protocol.StatusOK
 }
 
@@ -336,7 +336,7 @@ func deleteKeys(ctx context.Context, s Server, keys []string) map[string]bool {
 		resps := make([]protocol.Response, n)
 		errs := make([]error, n)
 		ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		s.DoBatch(ctx, nil, reqs, resps, errs)
+		DoBatch(ctx, s, nil, reqs, resps, errs)
 		cancel()
 		for i, k := range keys[:n] {
 			answered[k] = errs[i] == nil && resps[i].Status != protocol.StatusTempFailure

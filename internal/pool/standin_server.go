@@ -19,17 +19,7 @@ type standIn struct {
 	self  int // the member's index in pool
 }
 
-// startingStandIn is a standIn over a Starter: it starts a batch that holds no stand-in
-// write.
-type startingStandIn struct {
-	standIn
-	starter Starter // inner
-}
-
-var (
-	_ Server  = (*standIn)(nil)
-	_ Starter = (*startingStandIn)(nil)
-)
+var _ Server = (*standIn)(nil)
 
 // composeStandIns wraps each member's server of p in a standIn, when keys can move: with
 // failover and more than one member.
@@ -39,12 +29,7 @@ func (p *Pool) composeStandIns() {
 	}
 	for i := range p.members {
 		m := &p.members[i]
-		s := standIn{inner: m.Server, pool: p, self: i}
-		if st, ok := m.Server.(Starter); ok {
-			m.Server = &startingStandIn{s, st}
-		} else {
-			m.Server = &s
-		}
+		m.Server = &standIn{inner: m.Server, pool: p, self: i}
 	}
 }
 
@@ -60,34 +45,35 @@ func (s *standIn) owner(req *protocol.Request) int {
 	return -1
 }
 
-func (s *standIn) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+// Start passes reqs on when they hold no stand-in write, else executes them one after the
+// other, remembering the stand-in writes (do).
+func (s *standIn) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	if !s.standsIn(reqs) {
+		s.inner.Start(ctx, order, reqs, resps, errs, done)
+		return
+	}
+	StartWaiting(ctx, order, reqs, resps, errs, done, s.do)
+}
+
+// do executes one request, remembering it when it is a stand-in write.
+func (s *standIn) do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	owner := s.owner(req)
 	if owner < 0 || s.pool.opts.StandIns == nil {
-		return s.inner.Do(ctx, order, req, resps)
+		return Do(ctx, s.inner, order, req, resps)
 	}
 	written := s.pool.opts.StandIns.remember(s.pool.members[owner].Base, s.pool.name, s.pool.members[owner].Name, req.Key, s.pool.members[s.self].Base)
 	if written == nil {
 		// The owner serves again since the key was placed here: place it anew, below the
 		// features composed around the pool's members, which this request has passed.
-		return s.pool.placed[s.pool.Locate(req.Key)].Do(ctx, order, req, resps)
+		return Do(ctx, s.pool.placed[s.pool.Locate(req.Key)], order, req, resps)
 	}
 	defer written.Done()
 	if req.Op.IsMeta() { // its TTL is one of its flags: remembered, not capped
-		return s.inner.Do(ctx, order, req, resps)
+		return Do(ctx, s.inner, order, req, resps)
 	}
 	capped := *req
 	capped.Exptime = s.pool.standInExptime(req.Exptime)
-	return s.inner.Do(ctx, order, &capped, resps)
-}
-
-// DoBatch sends the batch as one when it holds no stand-in write, else one request after
-// the other.
-func (s *standIn) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	if s.standsIn(reqs) {
-		DoEach(ctx, order, s, reqs, resps, errs)
-		return
-	}
-	s.inner.DoBatch(ctx, order, reqs, resps, errs)
+	return Do(ctx, s.inner, order, &capped, resps)
 }
 
 // standsIn reports whether reqs hold a stand-in write to remember.
@@ -101,14 +87,6 @@ func (s *standIn) standsIn(reqs []protocol.Request) bool {
 		}
 	}
 	return false
-}
-
-// StartBatch declines a batch with a stand-in write, which must be remembered.
-func (s *startingStandIn) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
-	if s.standsIn(reqs) {
-		return false
-	}
-	return s.starter.StartBatch(ctx, order, reqs, resps, errs, done)
 }
 
 func (s *standIn) Up() bool               { return s.inner.Up() }

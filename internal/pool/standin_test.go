@@ -1,8 +1,10 @@
 package pool_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,20 +23,16 @@ type downable struct {
 
 func (s *downable) Up() bool { return !s.down.Load() }
 
-func (s *downable) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, order, s, reqs, resps, errs)
-}
-
 func has(s pool.Server, key string) bool {
 	var r [1]protocol.Response
-	_ = s.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte(key)}}, r[:])
+	_ = pool.Do(context.Background(), s, nil, &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte(key)}}, r[:])
 	return r[0].Status == protocol.StatusOK
 }
 
 func set(t *testing.T, s pool.Server, key string) {
 	t.Helper()
 	var r [1]protocol.Response
-	if err := s.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpSet, Key: []byte(key), Value: []byte("v")}, r[:]); err != nil || r[0].Status != protocol.StatusOK {
+	if err := pool.Do(context.Background(), s, nil, &protocol.Request{Op: protocol.OpSet, Key: []byte(key), Value: []byte("v")}, r[:]); err != nil || r[0].Status != protocol.StatusOK {
 		t.Fatalf("set %s: %v %+v", key, err, r[0])
 	}
 }
@@ -98,21 +96,39 @@ func TestStandInsBoundAndCleanup(t *testing.T) {
 	}
 }
 
-// startable is a server that records the batches started on it and answers them at once.
+// startable is a server that counts the runs started on it.
 type startable struct {
 	*downable
-	started int
+	started atomic.Int32
 }
 
-func (s *startable) StartBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
-	s.started++
-	s.DoBatch(ctx, order, reqs, resps, errs)
-	done()
-	return true
+func (s *startable) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	s.started.Add(1)
+	s.downable.Start(ctx, order, reqs, resps, errs, done)
 }
 
-// TestStandInStarts: a member of a failover pool starts what its server starts, but a
-// batch holding a write it stands in for, which it must remember: it declines that one.
+// start starts reqs on s and waits for their answers; inline reports whether s answered
+// them on the caller's goroutine, before Start returned: no goroutine waited for them.
+func start(s pool.Server, order *turn.Turn, reqs ...protocol.Request) (resps []protocol.Response, inline bool) {
+	resps = make([]protocol.Response, len(reqs))
+	answered := make(chan bool, 1)
+	caller := goroutineID()
+	s.Start(context.Background(), order, reqs, resps, make([]error, len(reqs)), func() { answered <- goroutineID() == caller })
+	return resps, <-answered
+}
+
+// goroutineID is the calling goroutine's number, from its stack's first line.
+func goroutineID() string {
+	var buf [64]byte
+	line := buf[:runtime.Stack(buf[:], false)]
+	id, _, _ := bytes.Cut(bytes.TrimPrefix(line, []byte("goroutine ")), []byte(" "))
+	return string(id)
+}
+
+// TestStandInStarts: a member of a failover pool passes on what holds no write it stands in
+// for, answered where its server answers it (an embedded store: at once, no goroutine
+// waiting); a run with a write it stands in for, which it must remember, is executed one
+// request after the other on a goroutine of its own.
 func TestStandInStarts(t *testing.T) {
 	a := &startable{downable: &downable{Store: memstore.New(memstore.Options{})}}
 	b := &startable{downable: &downable{Store: memstore.New(memstore.Options{})}}
@@ -133,21 +149,14 @@ func TestStandInStarts(t *testing.T) {
 		}
 	}
 	a.down.Store(true)
-	sb, ok := pl.Member(1).Server.(pool.Starter)
-	if !ok {
-		t.Fatal("the member over a Starter is not one")
-	}
-	start := func(reqs ...protocol.Request) bool {
-		return sb.StartBatch(context.Background(), nil, reqs, make([]protocol.Response, len(reqs)), make([]error, len(reqs)), func() {})
-	}
 	write := func(k []byte) protocol.Request {
 		return protocol.Request{Op: protocol.OpSet, Key: k, Value: []byte("v")}
 	}
-	if !start(write(ofB), protocol.Request{Op: protocol.OpGet, Keys: [][]byte{ofA}}) || b.started != 1 {
-		t.Error("a batch of its own key's write and a read was not started")
+	if _, inline := start(pl.Member(1).Server, nil, write(ofB), protocol.Request{Op: protocol.OpGet, Keys: [][]byte{ofA}}); !inline || b.started.Load() != 1 {
+		t.Errorf("a run of its own key's write and a read: answered inline %v, started on its server %d times", inline, b.started.Load())
 	}
-	if start(write(ofB), write(ofA)) || b.started != 1 {
-		t.Error("a batch with a write it stands in for was started")
+	if _, inline := start(pl.Member(1).Server, nil, write(ofB), write(ofA)); inline || b.started.Load() != 3 || !has(b, string(ofA)) {
+		t.Errorf("a run with a write it stands in for: answered inline %v, started on its server %d times in all", inline, b.started.Load())
 	}
 }
 
@@ -158,9 +167,9 @@ type counting struct {
 	n atomic.Int32
 }
 
-func (c *counting) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
-	c.n.Add(1)
-	return c.Server.Do(ctx, order, req, resps)
+func (c *counting) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	c.n.Add(int32(len(reqs)))
+	c.Server.Start(ctx, order, reqs, resps, errs, done)
 }
 
 // TestStandInPlacesAnewBelowFeatures: a write that reached a stand-in after its owner came

@@ -23,7 +23,7 @@ type gated struct {
 	gate chan struct{}
 }
 
-func (g gated) Do(ctx context.Context, order *turn.Turn, _ *protocol.Request, resps []protocol.Response) error {
+func (g gated) do(ctx context.Context, order *turn.Turn, _ *protocol.Request, resps []protocol.Response) error {
 	select {
 	case <-g.gate:
 		resps[0] = protocol.Response{}
@@ -33,8 +33,8 @@ func (g gated) Do(ctx context.Context, order *turn.Turn, _ *protocol.Request, re
 	}
 }
 
-func (g gated) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, order, g, reqs, resps, errs)
+func (g gated) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	pool.StartWaiting(ctx, order, reqs, resps, errs, done, g.do)
 }
 
 // TestBackgroundBudget: backup copies and shadow requests share max_background_bytes; past

@@ -26,7 +26,7 @@ type slowCopies struct {
 	gate chan struct{}
 }
 
-func (s slowCopies) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+func (s slowCopies) do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	if !req.Op.IsRetrieval() {
 		select {
 		case <-s.gate:
@@ -34,11 +34,11 @@ func (s slowCopies) Do(ctx context.Context, order *turn.Turn, req *protocol.Requ
 			return ctx.Err()
 		}
 	}
-	return s.Server.Do(ctx, order, req, resps)
+	return pool.Do(ctx, s.Server, order, req, resps)
 }
 
-func (s slowCopies) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, order, s, reqs, resps, errs)
+func (s slowCopies) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	pool.StartWaiting(ctx, order, reqs, resps, errs, done, s.do)
 }
 
 // backedUp is a proxy whose default pool "main" (one embedded shard) has the backup pool
@@ -54,7 +54,7 @@ func backedUp(t *testing.T, gate chan struct{}, budget int) (p *proxy.Proxy, reg
 		t.Fatal(err)
 	}
 	old := &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("old")}
-	if err := spareStore.Do(context.Background(), nil, old, make([]protocol.Response, 1)); err != nil {
+	if err := pool.Do(context.Background(), spareStore, nil, old, make([]protocol.Response, 1)); err != nil {
 		t.Fatal(err)
 	}
 	reg = prometheus.NewRegistry()
@@ -72,7 +72,7 @@ func backedUp(t *testing.T, gate chan struct{}, budget int) (p *proxy.Proxy, reg
 func evict(t *testing.T, store pool.Server, key string) {
 	t.Helper()
 	del := &protocol.Request{Op: protocol.OpDelete, Key: []byte(key)}
-	if err := store.Do(context.Background(), nil, del, make([]protocol.Response, 1)); err != nil {
+	if err := pool.Do(context.Background(), store, nil, del, make([]protocol.Response, 1)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -50,8 +50,8 @@ func value(t *testing.T, reg *prometheus.Registry, name string, want ...string) 
 // address.
 type down struct{ failing }
 
-func (down) Do(context.Context, *turn.Turn, *protocol.Request, []protocol.Response) error {
-	return errors.New("127.0.0.1:1: server marked dead")
+func (down) Start(_ context.Context, order *turn.Turn, _ []protocol.Request, _ []protocol.Response, errs []error, done func()) {
+	pool.Fail(order, errs, errors.New("127.0.0.1:1: server marked dead"), done)
 }
 
 func TestAnswerMetrics(t *testing.T) {

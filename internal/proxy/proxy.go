@@ -231,7 +231,7 @@ func (p *Proxy) do(ctx context.Context, order *turn.Turn, pl *pool.Pool, key []b
 // failover, perhaps as a stand-in: its server then remembers the write, see pool.New).
 func (p *Proxy) attempt(ctx context.Context, order *turn.Turn, pl *pool.Pool, key []byte, req *protocol.Request, resps []protocol.Response) (*pool.Member, error) {
 	m := pl.Member(pl.Locate(key))
-	return m, m.Server.Do(ctx, order, req, resps)
+	return m, pool.Do(ctx, m.Server, order, req, resps)
 }
 
 // recover follows up a single-key request that m did not answer (err; nothing to do when
@@ -285,7 +285,7 @@ func (p *Proxy) everyServer(ctx context.Context, order *turn.Turn, t *topology.T
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := m.Server.Do(ctx, order, req, answers[i:i+1]); err != nil {
+			if err := pool.Do(ctx, m.Server, order, req, answers[i:i+1]); err != nil {
 				failAll(m, err, req, answers[i:i+1])
 			}
 		}()

@@ -72,7 +72,7 @@ func get(p *proxy.Proxy, keys ...string) []protocol.Response {
 func holds(t testing.TB, m *pool.Member, key string) bool {
 	t.Helper()
 	var r [1]protocol.Response
-	if err := m.Server.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte(key)}}, r[:]); err != nil {
+	if err := pool.Do(context.Background(), m.Server, nil, &protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte(key)}}, r[:]); err != nil {
 		t.Fatal(err)
 	}
 	return r[0].Status == protocol.StatusOK
@@ -194,7 +194,7 @@ func TestFlushAll(t *testing.T) {
 			m := pl.Member(i)
 			key := fmt.Sprintf("direct-%s-%s", pl.Name(), m.Name)
 			var r [1]protocol.Response
-			if err := m.Server.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpSet, Key: []byte(key), Value: []byte("v")}, r[:]); err != nil {
+			if err := pool.Do(context.Background(), m.Server, nil, &protocol.Request{Op: protocol.OpSet, Key: []byte(key), Value: []byte("v")}, r[:]); err != nil {
 				t.Fatal(err)
 			}
 			all = append(all, placed{m, key})
@@ -236,12 +236,8 @@ func (failing) Info() pool.Info        { return pool.Info{State: pool.StateUp} }
 func (failing) Stats() []protocol.Stat { return nil }
 func (failing) Close() error           { return nil }
 
-func (failing) Do(context.Context, *turn.Turn, *protocol.Request, []protocol.Response) error {
-	return errors.New("connection refused")
-}
-
-func (f failing) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, order, f, reqs, resps, errs)
+func (failing) Start(_ context.Context, order *turn.Turn, _ []protocol.Request, _ []protocol.Response, errs []error, done func()) {
+	pool.Fail(order, errs, errors.New("connection refused"), done)
 }
 
 func TestBackendError(t *testing.T) {

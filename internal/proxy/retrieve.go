@@ -221,7 +221,7 @@ func split(poolFor func([]byte) *pool.Pool, keys [][]byte, idx []int) []pool.Gro
 // fetchShare sends one member its share of req's keys and places the answers in out.
 func (p *Proxy) fetchShare(ctx context.Context, order *turn.Turn, req *protocol.Request, sh *pool.Group, out []protocol.Response) error {
 	if len(sh.At) == len(req.Keys) && sh.At[0] == 0 && sh.At[len(sh.At)-1] == len(req.Keys)-1 {
-		return sh.Member.Server.Do(ctx, order, req, out) // one server has every key, in order
+		return pool.Do(ctx, sh.Member.Server, order, req, out) // one server has every key, in order
 	}
 	sub := *req
 	sub.Keys = make([][]byte, len(sh.At))
@@ -229,7 +229,7 @@ func (p *Proxy) fetchShare(ctx context.Context, order *turn.Turn, req *protocol.
 		sub.Keys[j] = req.Keys[i]
 	}
 	answers := make([]protocol.Response, len(sh.At))
-	if err := sh.Member.Server.Do(ctx, order, &sub, answers); err != nil {
+	if err := pool.Do(ctx, sh.Member.Server, order, &sub, answers); err != nil {
 		return err
 	}
 	for j, i := range sh.At {

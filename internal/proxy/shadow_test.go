@@ -80,9 +80,13 @@ func TestShadowFailuresNeverReachClients(t *testing.T) {
 // stuck is a server that answers nothing until its request's context ends.
 type stuck struct{ failing }
 
-func (stuck) Do(ctx context.Context, order *turn.Turn, _ *protocol.Request, _ []protocol.Response) error {
+func (s stuck) do(ctx context.Context, order *turn.Turn, _ *protocol.Request, _ []protocol.Response) error {
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+func (s stuck) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	pool.StartWaiting(ctx, order, reqs, resps, errs, done, s.do)
 }
 
 func TestShadowQueueBounded(t *testing.T) {

@@ -13,15 +13,13 @@ import (
 	"github.com/moxi-proxy/moxi/internal/walk"
 )
 
-// Start answers a run as Handle does, without a
-// goroutine waiting for it: the run goes to its server as one batch, and whoever reads the
-// answers (pool.Starter) finishes it and calls done, at most once. A lone get of many keys
-// is taken as well, as one request. It takes the common case only: every key served by one
-// member whose server is a pool.Starter (one composed with a backup, warm_from or shadow
-// pool is not, and a stand-in declines a write it must remember), no feature of the proxy's
-// that acts after the answer (a hot key, fire-and-forget, a touch), and for a lone get,
-// fetches of its keys by others to join only when it leads some itself. It reports false,
-// having done nothing, for anything else: the caller then runs the request as before.
+// Start answers a run as Handle does, without a goroutine waiting for it: the run goes to
+// its server as one batch (pool.Server.Start), and whoever finishes that calls done, once.
+// A lone get of many keys is taken as well, as one request. It takes the common case only:
+// every key served by one member, no feature of the proxy's that acts after the answer (a
+// hot key, fire-and-forget, a touch), and for a lone get, fetches of its keys by others to
+// join only when it leads some itself. It reports false, having done nothing, for anything
+// else: the caller then runs the request as before.
 func (p *Proxy) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
 	return p.start(ctx, order, "", reqs, resps, done)
 }
@@ -33,10 +31,6 @@ func (p *Proxy) start(ctx context.Context, order *turn.Turn, listener string, re
 	t := p.topo.Load().InService(begun).ForListener(listener)
 	pl, m := startable(t, reqs)
 	if m == nil {
-		return false
-	}
-	starter, ok := m.Server.(pool.Starter)
-	if !ok {
 		return false
 	}
 	r := getStartedRun()
@@ -63,15 +57,7 @@ func (p *Proxy) start(ctx context.Context, order *turn.Turn, listener string, re
 			p.beginWrite(t, req.Key)
 		}
 	}
-	if !starter.StartBatch(ctx, order, reqs, resps, r.errs, r.finishFunc) {
-		// Declined after the fetches and writes began: send it the way that waits.
-		if r.many {
-			r.errs[0] = m.Server.Do(ctx, order, &reqs[0], resps)
-		} else {
-			m.Server.DoBatch(ctx, order, reqs, resps, r.errs)
-		}
-		r.finish()
-	}
+	m.Server.Start(ctx, order, reqs, resps, r.errs, r.finishFunc)
 	return true
 }
 

@@ -32,7 +32,7 @@ func store(t *testing.T, pl *pool.Pool, key, value string, exptime int64) {
 	t.Helper()
 	var r [1]protocol.Response
 	req := &protocol.Request{Op: protocol.OpSet, Key: []byte(key), Value: []byte(value), Flags: 7, Exptime: exptime}
-	if err := pl.Member(pl.Locate([]byte(key))).Server.Do(context.Background(), nil, req, r[:]); err != nil || r[0].Status != protocol.StatusOK {
+	if err := pool.Do(context.Background(), pl.Member(pl.Locate([]byte(key))).Server, nil, req, r[:]); err != nil || r[0].Status != protocol.StatusOK {
 		t.Fatalf("set %s on %s: %v %+v", key, pl.Name(), err, r[0])
 	}
 }
@@ -44,7 +44,7 @@ func ttlOn(t *testing.T, pl *pool.Pool, key string) int64 {
 	req.Meta.KeyToken = req.Key
 	req.Meta.Flags = []protocol.MetaFlag{{Letter: 't'}}
 	var r [1]protocol.Response
-	if err := pl.Member(pl.Locate(req.Key)).Server.Do(context.Background(), nil, req, r[:]); err != nil {
+	if err := pool.Do(context.Background(), pl.Member(pl.Locate(req.Key)).Server, nil, req, r[:]); err != nil {
 		t.Fatal(err)
 	}
 	if r[0].Meta.Code == protocol.MetaEN {

@@ -61,7 +61,7 @@ func (p *Proxy) enqueue(ctx context.Context, req *protocol.Request) protocol.Res
 
 // run answers a run of pipelined single-key requests — writes, and get/gets of one key —
 // resps[i] for reqs[i] (len(resps) == len(reqs)), each as handleOne would, but sends
-// each server its share of the run as one batch (pool.Server.DoBatch): a client's
+// each server its share of the run as one batch (pool.DoBatch): a client's
 // pipelined requests cost a round trip per server, not one each. The shares go out in
 // parallel; a request that got no answer is retried on its own. A run with a key of the
 // hot cache is answered by handleOne, one request after the other, in order. (What a pool's
@@ -204,7 +204,7 @@ func (sh *writeShare) do(ctx context.Context, order *turn.Turn, reqs []protocol.
 		sh.errs = append(sh.errs, nil)
 	}
 	if len(sh.idx) == len(reqs) { // the whole run: no copies
-		sh.member.Server.DoBatch(ctx, order, reqs, resps, sh.errs)
+		pool.DoBatch(ctx, sh.member.Server, order, reqs, resps, sh.errs)
 		return
 	}
 	sh.reqs, sh.resps = sh.reqs[:0], sh.resps[:0]
@@ -212,7 +212,7 @@ func (sh *writeShare) do(ctx context.Context, order *turn.Turn, reqs []protocol.
 		sh.reqs = append(sh.reqs, reqs[i])
 		sh.resps = append(sh.resps, protocol.Response{})
 	}
-	sh.member.Server.DoBatch(ctx, order, sh.reqs, sh.resps, sh.errs)
+	pool.DoBatch(ctx, sh.member.Server, order, sh.reqs, sh.resps, sh.errs)
 	for j, i := range sh.idx {
 		resps[i] = sh.resps[j]
 	}

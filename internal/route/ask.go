@@ -27,7 +27,7 @@ func askEach(ctx context.Context, order *turn.Turn, pl *pool.Pool, req *protocol
 				sub.Keys[n] = req.Keys[idx[j]]
 			}
 			answers := make([]protocol.Response, len(sub.Keys))
-			if err := sh.Member.Server.Do(ctx, order, &sub, answers); err != nil {
+			if err := pool.Do(ctx, sh.Member.Server, order, &sub, answers); err != nil {
 				return
 			}
 			for n, j := range sh.At {

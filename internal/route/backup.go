@@ -61,27 +61,50 @@ type backup struct {
 
 var _ pool.Server = (*backup)(nil)
 
-func (b *backup) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
-	err := b.inner.Do(ctx, order, req, resps)
-	switch {
-	case req.Op.IsRetrieval():
-		return b.read(ctx, order, req, resps, err)
-	case req.Op.ChangesKey():
-		b.mirror(req, resps, err)
-	}
-	return err
+// Start passes reqs on; once they are answered, it copies the writes to the backup pool
+// (queued) and, where a read missed or failed, asks the backup on a goroutine of its own.
+func (b *backup) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	b.inner.Start(ctx, order, reqs, resps, errs, func() {
+		reads := false
+		for i := range reqs {
+			switch req := &reqs[i]; {
+			case req.Op.IsRetrieval():
+				reads = reads || b.mayAsk(req, answersOf(reqs, resps, i), errs[i])
+			case req.Op.ChangesKey():
+				b.mirror(req, answersOf(reqs, resps, i), errs[i])
+			}
+		}
+		if !reads {
+			done()
+			return
+		}
+		go func() {
+			for i := range reqs {
+				if req := &reqs[i]; req.Op.IsRetrieval() {
+					errs[i] = b.read(ctx, order, req, answersOf(reqs, resps, i), errs[i])
+				}
+			}
+			done()
+		}()
+	})
 }
 
-func (b *backup) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	b.inner.DoBatch(ctx, order, reqs, resps, errs)
-	for i := range reqs {
-		switch req := &reqs[i]; {
-		case req.Op.IsRetrieval():
-			errs[i] = b.read(ctx, order, req, resps[i:i+1], errs[i])
-		case req.Op.ChangesKey():
-			b.mirror(req, resps[i:i+1], errs[i])
+// answersOf is the answers of reqs[i] among resps, as pool.Server.Start fills them.
+func answersOf(reqs []protocol.Request, resps []protocol.Response, i int) []protocol.Response {
+	if len(reqs) == 1 {
+		return resps
+	}
+	return resps[i : i+1]
+}
+
+// mayAsk reports whether read would ask the backup for some of req's keys.
+func (b *backup) mayAsk(req *protocol.Request, resps []protocol.Response, err error) bool {
+	for i := range resps {
+		if (err != nil || wantsBackup(&resps[i])) && b.s.backupGuard.mayRead(req.Keys[i]) {
+			return true
 		}
 	}
+	return false
 }
 
 // wantsBackup says whether an answer from this pool should be tried on the backup: a miss,
@@ -225,7 +248,7 @@ func (s *Shared) sendMirror(ctx context.Context, req *protocol.Request, to *pool
 	ctx, cancel := context.WithTimeout(ctx, mirrorTimeout)
 	defer cancel()
 	var resp [1]protocol.Response
-	err := to.Member(to.Locate(req.Key)).Server.Do(ctx, nil, req, resp[:]) // in the background: no client's order
+	err := pool.Do(ctx, to.Member(to.Locate(req.Key)).Server, nil, req, resp[:]) // in the background: no client's order
 	if err != nil || !landed(&resp[0]) {
 		s.backupGuard.markStale(req.Key) // it may hold the key's value from before the write
 	}

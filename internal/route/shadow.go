@@ -53,17 +53,14 @@ type shadow struct {
 
 var _ pool.Server = (*shadow)(nil)
 
-func (sh *shadow) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
-	err := sh.inner.Do(ctx, order, req, resps)
-	sh.copy(req)
-	return err
-}
-
-func (sh *shadow) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	sh.inner.DoBatch(ctx, order, reqs, resps, errs)
-	for i := range reqs {
-		sh.copy(&reqs[i])
-	}
+// Start passes reqs on and queues their copies once they are answered.
+func (sh *shadow) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	sh.inner.Start(ctx, order, reqs, resps, errs, func() {
+		for i := range reqs {
+			sh.copy(&reqs[i])
+		}
+		done()
+	})
 }
 
 // copy queues a copy of req's shadowed keys, once it is answered. A request without a key
@@ -130,7 +127,7 @@ func (s *Shared) sendShadow(ctx context.Context, req *protocol.Request, to shado
 		}
 	} else {
 		var resp [1]protocol.Response
-		if err := to.pool.Member(to.pool.Locate(req.Key)).Server.Do(ctx, nil, req, resp[:]); err != nil {
+		if err := pool.Do(ctx, to.pool.Member(to.pool.Locate(req.Key)).Server, nil, req, resp[:]); err != nil {
 			result = shadowError
 		}
 	}

@@ -90,37 +90,44 @@ type warmUp struct {
 
 var _ pool.Server = (*warmUp)(nil)
 
-func (w *warmUp) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+// Start passes on what needs no follow-up; a read that may miss here, and a write whose
+// old copy goes, run on a goroutine that waits (do), one request after the other.
+func (w *warmUp) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	for i := range reqs {
+		if op := reqs[i].Op; op.IsRetrieval() || op == protocol.OpMetaGet || op.ChangesKey() {
+			pool.StartWaiting(ctx, order, reqs, resps, errs, done, w.do)
+			return
+		}
+	}
+	w.inner.Start(ctx, order, reqs, resps, errs, done)
+}
+
+// do executes one request, with its follow-up.
+func (w *warmUp) do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	switch {
 	case req.Op.IsRetrieval():
 		epochs := make([]uint64, len(req.Keys))
 		for i, k := range req.Keys {
 			epochs[i] = w.s.Writes.epoch(k) // before the read: see the interleavings above
 		}
-		if err := w.inner.Do(ctx, order, req, resps); err != nil {
+		if err := pool.Do(ctx, w.inner, order, req, resps); err != nil {
 			return err
 		}
 		w.warmUp(ctx, order.After(), req, resps, epochs)
 		return nil
 	case req.Op == protocol.OpMetaGet && !req.Meta.Vivify: // an mg with N made the item on its miss: that is its answer
 		epoch := w.s.Writes.epoch(req.Key)
-		err := w.inner.Do(ctx, order, req, resps)
+		err := pool.Do(ctx, w.inner, order, req, resps)
 		if err == nil && resps[0].Meta.Code == protocol.MetaEN && !w.s.warmSkip.has(req.Key) {
 			w.warmMeta(ctx, order.After(), req, resps, epoch)
 		}
 		return err
 	case req.Op.ChangesKey():
-		err := w.inner.Do(ctx, order, req, resps)
+		err := pool.Do(ctx, w.inner, order, req, resps)
 		w.dropOld(ctx, order.After(), req.Key, resps, err)
 		return err
 	}
-	return w.inner.Do(ctx, order, req, resps)
-}
-
-// DoBatch runs the batch one request at a time: each may need its follow-up before the
-// next is sent.
-func (w *warmUp) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, order, w, reqs, resps, errs)
+	return pool.Do(ctx, w.inner, order, req, resps)
 }
 
 // warmUp reads the keys that missed here from OTHER, copies the hits over and answers
@@ -185,7 +192,7 @@ func (w *warmUp) warmUp(ctx context.Context, order *turn.Turn, req *protocol.Req
 		sub.Keys[n] = req.Keys[i]
 	}
 	answers := make([]protocol.Response, len(again))
-	err := w.inner.Do(ctx, order, &sub, answers)
+	err := pool.Do(ctx, w.inner, order, &sub, answers)
 	for n, i := range again {
 		if err == nil && answers[n].Status == protocol.StatusOK {
 			out[i] = answers[n]
@@ -205,7 +212,7 @@ func (w *warmUp) copyIn(ctx context.Context, order *turn.Turn, k []byte, it *ite
 	w.s.Writes.ifQuiet(k, epoch, func() {
 		add := itemcopy.Store(protocol.OpAdd, k, it, exptime)
 		var resp [1]protocol.Response
-		if err = w.inner.Do(ctx, order, &add, resp[:]); err == nil {
+		if err = pool.Do(ctx, w.inner, order, &add, resp[:]); err == nil {
 			stored = resp[0].Status == protocol.StatusOK
 		}
 	})
@@ -228,7 +235,7 @@ func (w *warmUp) readOld(ctx context.Context, order *turn.Turn, keys [][]byte, i
 			for n, j := range b.At {
 				reqs[n] = itemcopy.Get(keys[idx[j]])
 			}
-			b.Member.Server.DoBatch(ctx, order, reqs, resps, errs)
+			pool.DoBatch(ctx, b.Member.Server, order, reqs, resps, errs)
 			for n, j := range b.At {
 				if errs[n] == nil {
 					items[j] = itemcopy.Parse(&resps[n])
@@ -254,7 +261,7 @@ func (w *warmUp) warmMeta(ctx context.Context, order *turn.Turn, req *protocol.R
 		}
 	}
 	var again [1]protocol.Response
-	if w.inner.Do(ctx, order, req, again[:]) == nil {
+	if pool.Do(ctx, w.inner, order, req, again[:]) == nil {
 		one[0] = again[0]
 	}
 }
@@ -272,7 +279,7 @@ func (w *warmUp) dropOld(ctx context.Context, order *turn.Turn, key []byte, one 
 	}
 	del := protocol.Request{Op: protocol.OpDelete, Key: key}
 	var r [1]protocol.Response
-	derr := m.Server.Do(ctx, order, &del, r[:])
+	derr := pool.Do(ctx, m.Server, order, &del, r[:])
 	if derr == nil && (r[0].Status == protocol.StatusOK || r[0].Status == protocol.StatusNotFound) {
 		return
 	}

@@ -49,18 +49,15 @@ type impl struct {
 	// owns says the implementation owns its connections: Close fails the requests still
 	// running and every later one. A wrapper whose inner server its caller owns (a
 	// migration's new server) goes on answering through it.
-	owns bool
-	// starts says it is a pool.Starter too, which starter_test.go then checks as well;
-	// testServer checks that it says so exactly when it is.
-	starts bool
-	build  func(e *env) pool.Server // the implementation over servers of kind e.kind
+	owns  bool
+	build func(e *env) pool.Server // the implementation over servers of kind e.kind
 }
 
 var impls = []impl{
-	{name: "backend", kinds: allKinds, owns: true, starts: true, build: func(e *env) pool.Server {
+	{name: "backend", kinds: allKinds, owns: true, build: func(e *env) pool.Server {
 		return e.remote(e.addr())
 	}},
-	{name: "memstore", kinds: []kind{serving}, starts: true, build: func(*env) pool.Server {
+	{name: "memstore", kinds: []kind{serving}, build: func(*env) pool.Server {
 		return memstore.New(memstore.Options{})
 	}},
 	{name: "migration copying", kinds: allKinds, build: func(e *env) pool.Server {
@@ -77,7 +74,7 @@ var impls = []impl{
 	{name: "migration done", kinds: allKinds, build: func(e *env) pool.Server {
 		from, to := memcachedtest.Start(e.t).Addr, e.addr() // the copy needs an old server to list
 		m := migrate.New(migrate.Options{Pool: "p", Name: "s", From: from, To: to, New: e.inner(to), Timeout: 5 * time.Second, Logger: discard})
-		m.Start()
+		m.Copy()
 		eventually(e.t, "the copy of an empty server done", func() bool { return m.Phase() == migrate.Done })
 		return m
 	}},
@@ -92,20 +89,17 @@ var impls = []impl{
 	}},
 	{name: "failover stand-in", kinds: allKinds, build: func(e *env) pool.Server {
 		// Member 1 of a failover pool whose member 0 is dead: it stands in for every key,
-		// remembering the writes (pool.New composes it). Its server is not a Starter here:
-		// a stand-in declines every batch with a write it must remember (see below).
-		return e.standIn(e.standIns(), func(s pool.Server) pool.Server { return waitingOnly{s} })
+		// remembering the writes (pool.New composes it).
+		return e.standIn(e.standIns())
 	}},
-	{name: "failover member", kinds: allKinds, starts: true, build: func(e *env) pool.Server {
-		// The same with nothing to remember (no StandIns): it passes every batch on, and
-		// starts those its server starts. (The batches it declines: pool's TestStandInStarts.)
-		return e.standIn(nil, func(s pool.Server) pool.Server { return s })
+	{name: "failover member", kinds: allKinds, build: func(e *env) pool.Server {
+		// The same with nothing to remember (no StandIns): it passes every batch on.
+		return e.standIn(nil)
 	}},
 	{name: "replica", kinds: allKinds, build: func(e *env) pool.Server {
 		// Member 0 of a pool keeping every key on both its members: the requests placed on
-		// it go to both servers, or to the one that answers. It starts lone plain writes
-		// only and declines every other batch, so it is tested as a server that waits
-		// (its started writes: pool's TestReplicaStarts).
+		// it go to both servers, or to the one that answers: a lone plain write started on
+		// both, everything else on a goroutine that waits (pool's TestReplicaStarts).
 		a, b := e.addr(), e.addr()
 		pl, err := pool.New("p", pool.Options{Replicas: 2, StandIns: e.standIns()}, []pool.Member{
 			{Name: a, Addr: a, Weight: 1, Server: e.inner(a)},
@@ -114,7 +108,7 @@ var impls = []impl{
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		return waitingOnly{pl.Member(0).Server}
+		return pl.Member(0).Server
 	}},
 	{name: "topology placeholder", kinds: []kind{unreachable}, build: func(e *env) pool.Server {
 		// What a topology built for --check (Builder.Dial false) puts in place of a
@@ -157,11 +151,11 @@ func (e *env) standIns() *pool.StandIns {
 
 // standIn is member 1 of a failover pool, with standIns, whose member 0 is dead; its
 // server is as(a remote server of the kind).
-func (e *env) standIn(standIns *pool.StandIns, as func(pool.Server) pool.Server) pool.Server {
+func (e *env) standIn(standIns *pool.StandIns) pool.Server {
 	addr := e.addr()
 	pl, err := pool.New("p", pool.Options{Failover: true, FailoverTTL: time.Hour, StandIns: standIns}, []pool.Member{
 		{Name: "dead", Addr: "dead:1", Weight: 1, Server: dead{}},
-		{Name: addr, Addr: addr, Weight: 1, Server: as(e.inner(addr))},
+		{Name: addr, Addr: addr, Weight: 1, Server: e.inner(addr)},
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -169,18 +163,11 @@ func (e *env) standIn(standIns *pool.StandIns, as func(pool.Server) pool.Server)
 	return pl.Member(1).Server
 }
 
-// waitingOnly is a server without its StartBatch.
-type waitingOnly struct{ pool.Server }
-
 // dead is a server marked dead, for a failover pool's other member.
 type dead struct{}
 
-func (dead) Do(ctx context.Context, order *turn.Turn, _ *protocol.Request, _ []protocol.Response) error {
-	order.Dispatched()
-	return errors.New("dead")
-}
-func (d dead) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, order, d, reqs, resps, errs)
+func (dead) Start(_ context.Context, order *turn.Turn, _ []protocol.Request, _ []protocol.Response, errs []error, done func()) {
+	pool.Fail(order, errs, errors.New("dead"), done)
 }
 func (dead) Up() bool               { return false }
 func (dead) Info() pool.Info        { return pool.Info{State: pool.StateDead} }
@@ -257,9 +244,6 @@ func eachServer(t *testing.T, list []impl, test func(*testing.T, impl, kind)) {
 func testServer(t *testing.T, im impl, k kind) {
 	e := &env{t: t, kind: k, arrived: make(chan struct{}, 1)}
 	s := im.build(e)
-	if _, ok := s.(pool.Starter); ok != im.starts {
-		t.Errorf("%T is a pool.Starter: %v; the table says %v", s, ok, im.starts)
-	}
 	closed := false
 	defer func() {
 		if !closed {
@@ -296,13 +280,13 @@ func testServer(t *testing.T, im impl, k kind) {
 		run(t, steps, e.context, fails)
 		t.Run("cancelled", func(t *testing.T) { run(t, laterSteps, cancelled, fails) })
 	case silent:
-		// Every call's context is cancelled once its request reached a server: only that
-		// ends it within the bound.
-		t.Run("cancelled in flight", func(t *testing.T) { run(t, steps, e.context, fails) })
+		// Every call ends with the server's Timeout (or at once, once the timeouts marked it
+		// dead), whatever becomes of its context.
+		t.Run("timed out", func(t *testing.T) { run(t, steps, e.context, fails) })
 		if im.owns {
 			t.Run("close fails running requests", func(t *testing.T) {
-				closed = true
-				closeRunning(t, s, c, e)
+				// A server of its own: the timeouts above marked s dead (FailureLimit).
+				closeRunning(t, im.build(e), newClient(t), e)
 			})
 		}
 	}
@@ -334,7 +318,7 @@ func call(t *testing.T, s pool.Server, r *request, st step) []string {
 	if st.batch {
 		resps := make([]protocol.Response, len(reqs))
 		errs := make([]error, len(reqs))
-		within(t, "DoBatch", func() { s.DoBatch(r.ctx, r.own, reqs, resps, errs) })
+		within(t, "DoBatch", func() { pool.DoBatch(r.ctx, s, r.own, reqs, resps, errs) })
 		r.settled(t)
 		for i := range reqs {
 			if errs[i] != nil {
@@ -354,7 +338,7 @@ func call(t *testing.T, s pool.Server, r *request, st step) []string {
 		}
 		resps := make([]protocol.Response, n) // exactly n: writing past it panics, which within reports
 		var err error
-		within(t, "Do", func() { err = s.Do(r.ctx, r.own, req, resps) })
+		within(t, "Do", func() { err = pool.Do(r.ctx, s, r.own, req, resps) })
 		r.settled(t)
 		for i := range resps {
 			if err != nil {
@@ -496,7 +480,7 @@ func closeRunning(t *testing.T, s pool.Server, c *client, e *env) {
 	r := c.request(context.Background())
 	e.drain()
 	done := make(chan error, 1)
-	go func() { done <- s.Do(r.ctx, r.own, &req, resps[:]) }()
+	go func() { done <- pool.Do(r.ctx, s, r.own, &req, resps[:]) }()
 	timer := time.NewTimer(bound)
 	defer timer.Stop()
 	select {
@@ -560,33 +544,18 @@ func (e *env) drain() {
 	}
 }
 
-// context is the parent context of a call: over silent servers one cancelled as soon as
-// the call's request reaches one, which is the only thing that ends the call in the bound.
+// context is the parent context of a call.
 func (e *env) context() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	if e.kind != silent {
-		return ctx, cancel
-	}
-	e.drain()
-	stop := make(chan struct{})
-	go func() { // exits at the request's arrival or the call's end
-		select {
-		case <-e.arrived:
-			cancel()
-		case <-stop:
-		}
-	}()
-	return ctx, func() { close(stop); cancel() }
+	return context.WithCancel(context.Background())
 }
 
 // remote is a backend.Server for addr with the config's defaults, but for timeouts the
-// shared test machine keeps, and none over silent servers (so that only a cancellation or
-// Close ends a call there within the bound).
+// shared test machine keeps, and a short one over silent servers (which never answer).
 func (e *env) remote(addr string) *backend.Server {
 	d := config.NewPool("")
 	timeout := 5 * time.Second
 	if e.kind == silent {
-		timeout = 3 * bound
+		timeout = silentTimeout
 	}
 	return backend.New(backend.Options{
 		Addr:           addr,

@@ -16,24 +16,28 @@ import (
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
-// The pool.Starter contract, checked on every implementation of the table that has it:
-// StartBatch that returns true has dispatched the batch's turn exactly once and calls done
-// exactly once, with the answers DoBatch gives; one that returns false has done nothing.
+// pool.Server.Start's contract, checked on every implementation of the table: done is
+// called exactly once, after the turn was dispatched exactly once, with the answers
+// pool.DoBatch (pool.Do for a lone request) gives; and nothing of the request — its bytes,
+// its answers, its errors, its turn — is touched after done: the check recycles them all
+// inside done, as the frontend does, so that -race reports a server that touches them late.
 
 // secondCall is how long a done already called is watched for a second call. A second
 // call would come from a second finisher of the same batch (a timeout racing an answer), at
 // once; the end of each test checks again, after Close, for later ones.
 const secondCall = 50 * time.Millisecond
 
-// silentWait bounds the wait for a batch sent to a silent server to time out: the Timeout
-// env.remote gives a backend over silent servers (3*bound), and bound more.
-const silentWait = 4 * bound
+// silentTimeout is the Timeout env.remote gives a backend over silent servers, which never
+// answer; silentWait bounds the wait for a batch sent to one to time out: that, and bound
+// more.
+const (
+	silentTimeout = time.Second
+	silentWait    = silentTimeout + bound
+)
 
-// startSteps are the batches StartBatch is compared with DoBatch (Do for a lone request)
-// on, "{p}" in their keys replaced by a prefix of the caller's, so that the same batch runs
-// twice on one server. DoBatch runs first, on the same client and path: then the client's
-// previous request took the batch's path, and StartBatch need not decline for a switch
-// (turn.WouldSwitch).
+// startSteps are the batches Start is compared with pool.DoBatch (pool.Do for a lone
+// request) on, "{p}" in their keys replaced by a prefix of the caller's, so that the same
+// batch runs twice on one server.
 var startSteps = []step{
 	{name: "sets and gets", batch: true,
 		wire: []string{"set {p}a 5 0 1\r\n1\r\n", "get {p}a\r\n", "get {p}b\r\n", "set {p}b 0 0 2\r\nbb\r\n", "get {p}b\r\n",
@@ -42,8 +46,8 @@ var startSteps = []step{
 	{name: "meta requests", batch: true,
 		wire: []string{"ms {p}m 1 T0\r\nx\r\n", "mg {p}m v\r\n", "md {p}m\r\n", "mg {p}m v\r\n", "mg {p}none v\r\n"},
 		want: []string{"HD", "VA x", "HD", "EN", "EN"}},
-	// pool.Starter: "reqs may also be one retrieval of many keys, answered as Do answers it".
-	// Do is what it is compared with; the keys are the ones "sets and gets" left.
+	// One retrieval of many keys, answered one response per key; the keys are the ones
+	// "sets and gets" left.
 	{name: "get of many keys",
 		wire: []string{"get {p}b {p}none {p}b {p}a\r\n"},
 		want: []string{"{p}b=bb", "{p}none miss", "{p}b=bb", "{p}a miss"}},
@@ -61,31 +65,14 @@ func prefixed(st step, p string) step {
 	return out
 }
 
-// TestStarters runs the Starter checks on every implementation of the table that is a
-// pool.Starter (testServer checks the table says which), over every kind of server it can
-// have.
-func TestStarters(t *testing.T) {
-	var starters []impl
-	for _, im := range impls {
-		if im.starts {
-			starters = append(starters, im)
-		}
-	}
-	if len(starters) == 0 {
-		t.Fatal("no implementation in the table is a pool.Starter")
-	}
-	eachServer(t, starters, testStarter)
-}
+// TestStarts runs the Start checks on every implementation of the table, over every kind
+// of server it can have.
+func TestStarts(t *testing.T) { eachServer(t, impls, testStarts) }
 
-func testStarter(t *testing.T, im impl, k kind) {
+func testStarts(t *testing.T, im impl, k kind) {
 	e := &env{t: t, kind: k, arrived: make(chan struct{}, 1)}
 	s := im.build(e)
-	sr, ok := s.(pool.Starter)
-	if !ok {
-		s.Close()
-		t.Fatalf("%T is not a pool.Starter, though the table says it is", s)
-	}
-	st := &starts{s: s, sr: sr}
+	st := &starts{s: s}
 	closed := false
 	defer func() {
 		if !closed {
@@ -107,15 +94,13 @@ func testStarter(t *testing.T, im impl, k kind) {
 				do := prefixed(sst, "do-")
 				check(t, do, call(t, s, c.request(context.Background()), do), answers)
 				start := prefixed(sst, "start-")
-				_, got := st.start(t, c.request(context.Background()), start, true)
-				check(t, start, got, answers)
+				check(t, start, st.start(t, c.request(context.Background()), start), answers)
 			})
 		}
 		t.Run("mixed batch", func(t *testing.T) {
 			mixed := step{batch: true, wire: []string{"set x1 0 0 1\r\ny\r\n", "mg x1 v\r\n", "get x1\r\n"}, want: []string{"OK", "VA y", "x1=y"}}
 			c := clientOf(t)
-			_, got := st.start(t, c.request(context.Background()), mixed, false)
-			check(t, mixed, got, answers)
+			check(t, mixed, st.start(t, c.request(context.Background()), mixed), answers)
 		})
 		t.Run("cancelled", func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -123,8 +108,7 @@ func testStarter(t *testing.T, im impl, k kind) {
 			c := clientOf(t)
 			for _, sst := range startSteps {
 				sst = prefixed(sst, "cancelled-")
-				_, got := st.start(t, c.request(ctx), sst, false)
-				check(t, sst, got, answersOrFails)
+				check(t, sst, st.start(t, c.request(ctx), sst), answersOrFails)
 			}
 		})
 		t.Run("concurrent", func(t *testing.T) { st.concurrent(t, clientOf) })
@@ -132,8 +116,7 @@ func testStarter(t *testing.T, im impl, k kind) {
 		for _, sst := range startSteps {
 			t.Run(sst.name, func(t *testing.T) {
 				c, sst := clientOf(t), prefixed(sst, "")
-				_, got := st.start(t, c.request(context.Background()), sst, false)
-				check(t, sst, got, fails)
+				check(t, sst, st.start(t, c.request(context.Background()), sst), fails)
 			})
 		}
 	case silent:
@@ -160,15 +143,21 @@ func testStarter(t *testing.T, im impl, k kind) {
 			// A server of its own: two timeouts marked the other one dead (FailureLimit).
 			s := im.build(e)
 			defer s.Close()
-			st := &starts{s: s, sr: s.(pool.Starter)}
+			st := &starts{s: s}
 			defer st.noLateDones(t)
 			c := clientOf(t)
-			b := st.begin(t, c.request(context.Background()), prefixed(startSteps[0], ""), true)
+			e.drain()
+			b := st.begin(t, c.request(context.Background()), prefixed(startSteps[0], ""))
+			select {
+			case <-e.arrived: // on its way: now only an answer, a timeout or Close ends it
+			case <-time.After(bound):
+				t.Fatalf("the batch did not reach the server within %v", bound)
+			}
 			within(t, "Close", func() { _ = s.Close() })
 			b.finish(t, bound)
-			for i, err := range b.errs {
-				if err == nil {
-					t.Errorf("request %d of a batch running at Close succeeded, from a server that never answers", i)
+			for i, got := range b.got {
+				if got != "error" {
+					t.Errorf("request %d of a batch running at Close answered %q, from a server that never answers", i, got)
 				}
 			}
 		})
@@ -184,26 +173,22 @@ func testStarter(t *testing.T, im impl, k kind) {
 	st.noLateDones(t)
 }
 
-// starts makes StartBatch calls on one server and keeps the done of each, to check after
+// starts makes Start calls on one server and keeps the done of each, to check after
 // Close that none was called late.
 type starts struct {
-	s  pool.Server
-	sr pool.Starter
+	s pool.Server
 
 	mu      sync.Mutex
-	started []*doneProbe // of calls that returned true: each done once
-	refused []*doneProbe // of calls that returned false: never done
+	started []*doneProbe
 }
 
-// doneProbe is the done of one StartBatch call: it counts its calls and signals each.
+// doneProbe is the done of one Start call: it counts its calls and signals each.
 type doneProbe struct {
 	calls atomic.Int32
 	ch    chan struct{} // a receive per call, up to two
 }
 
-func newDoneProbe() *doneProbe { return &doneProbe{ch: make(chan struct{}, 2)} }
-
-// done never blocks, as pool.Starter requires of it.
+// done never blocks, as pool.Server.Start requires of it.
 func (p *doneProbe) done() {
 	p.calls.Add(1)
 	select {
@@ -219,7 +204,7 @@ func (p *doneProbe) wait(d time.Duration) error {
 	select {
 	case <-p.ch:
 	case <-timer.C:
-		return fmt.Errorf("done not called within %v of StartBatch returning true", d)
+		return fmt.Errorf("done not called within %v of Start", d)
 	}
 	return p.noSecond()
 }
@@ -236,8 +221,7 @@ func (p *doneProbe) noSecond() error {
 	return nil
 }
 
-// noLateDones checks, once the server is closed, that every batch started was done once
-// and every one declined never.
+// noLateDones checks, once the server is closed, that every batch started was done once.
 func (st *starts) noLateDones(t *testing.T) {
 	t.Helper()
 	st.mu.Lock()
@@ -247,49 +231,53 @@ func (st *starts) noLateDones(t *testing.T) {
 			t.Errorf("started batch %d: done called %d times, want exactly once", i, n)
 		}
 	}
-	for i, p := range st.refused {
-		if n := p.calls.Load(); n != 0 {
-			t.Errorf("declined batch %d: done called %d times, want never", i, n)
-		}
-	}
 }
 
-// batch is one batch given to StartBatch, with the slices the server fills.
+// batch is one batch given to Start, with the slices the server fills.
 type batch struct {
-	r       *request
-	reqs    []protocol.Request
-	resps   []protocol.Response
-	errs    []error
-	probe   *doneProbe
-	started bool
+	t     *testing.T
+	r     *request
+	reqs  []protocol.Request
+	resps []protocol.Response
+	errs  []error
+	probe *doneProbe
+
+	// Set inside done, which then recycles everything above but probe (recycle).
+	got        []string // the answers in short (see answer), "error" where the server did not answer
+	failed     []error  // the errors of the requests that failed
+	dispatched int32    // the turn's dispatches when done was called
 }
 
-// errUnset marks an error the server has not set; unsetMsg, a response.
-var errUnset = errors.New("not set by the server")
+// errUnset marks an error the server has not set, errRecycled one recycled inside done;
+// unsetMsg and recycledMsg, a response.
+var (
+	errUnset    = errors.New("not set by the server")
+	errRecycled = errors.New("recycled inside done")
+)
 
-const unsetMsg = "not set by the server"
+const (
+	unsetMsg    = "not set by the server"
+	recycledMsg = "recycled inside done"
+)
 
-// newBatch readies the slices StartBatch fills for reqs: a response per request, or per
-// key of a lone retrieval of many keys.
-func newBatch(r *request, reqs []protocol.Request) *batch {
+// newBatch readies the slices Start fills for reqs: a response per request, or per key of
+// a lone retrieval of many keys.
+func newBatch(t *testing.T, r *request, reqs []protocol.Request) *batch {
 	n := len(reqs)
 	if n == 1 && reqs[0].Op.IsRetrieval() {
 		n = len(reqs[0].Keys)
 	}
-	b := &batch{r: r, reqs: reqs, resps: make([]protocol.Response, n), errs: make([]error, len(reqs))}
-	b.reset()
-	return b
-}
-
-func (b *batch) reset() {
-	b.probe = newDoneProbe()
+	b := &batch{t: t, r: r, reqs: reqs, resps: make([]protocol.Response, n), errs: make([]error, len(reqs)), probe: newDoneProbe()}
 	for i := range b.resps {
 		b.resps[i] = protocol.Response{Msg: unsetMsg}
 	}
 	for i := range b.errs {
 		b.errs[i] = errUnset
 	}
+	return b
 }
+
+func newDoneProbe() *doneProbe { return &doneProbe{ch: make(chan struct{}, 2)} }
 
 // key is the request and key number response i answers.
 func (b *batch) key(i int) (req, k int) {
@@ -299,174 +287,140 @@ func (b *batch) key(i int) (req, k int) {
 	return i, 0
 }
 
-// try calls StartBatch once and keeps its probe; when it declined, it checks that it did
-// nothing: no dispatch, no done, no answer.
-func (st *starts) try(b *batch) (bool, error) {
-	b.started = st.sr.StartBatch(b.r.ctx, b.r.own, b.reqs, b.resps, b.errs, b.probe.done)
-	st.mu.Lock()
-	if b.started {
-		st.started = append(st.started, b.probe)
-	} else {
-		st.refused = append(st.refused, b.probe)
-	}
-	st.mu.Unlock()
-	if b.started {
-		return true, nil
-	}
-	var errs []error
-	if n := b.r.dispatches(); n != 0 {
-		errs = append(errs, fmt.Errorf("StartBatch returned false, and dispatched the turn %d times: the turn must be untouched", n))
-	}
-	if n := b.probe.calls.Load(); n != 0 {
-		errs = append(errs, fmt.Errorf("StartBatch returned false, and done was called %d times", n))
+// done is the batch's done: it notes the answers and the turn's dispatches, then recycles
+// the requests, their answers and errors (see recycle), and tells the probe.
+func (b *batch) done() {
+	b.dispatched = b.r.dispatches()
+	for i := range b.reqs {
+		if b.errs[i] == errUnset {
+			b.t.Errorf("errs[%d] not set when done was called", i)
+		}
 	}
 	for i := range b.resps {
-		if b.resps[i].Msg != unsetMsg {
-			errs = append(errs, fmt.Errorf("StartBatch returned false, and set resps[%d]: %+v", i, b.resps[i]))
+		j, k := b.key(i)
+		req := &b.reqs[j]
+		if b.errs[j] != nil {
+			b.got, b.failed = append(b.got, "error"), append(b.failed, b.errs[j])
+			continue
+		}
+		if b.resps[i].Msg == unsetMsg {
+			b.t.Errorf("resps[%d] not set, with errs[%d] nil, when done was called", i, j)
+		}
+		if req.Op.IsRetrieval() && string(b.resps[i].Key) != string(req.Keys[k]) {
+			b.t.Errorf("resps[%d].Key = %q, want %q: Start gives what Do gives", i, b.resps[i].Key, req.Keys[k])
+		}
+		b.got = append(b.got, answer(req, k, &b.resps[i]))
+	}
+	b.recycle()
+	b.probe.done()
+}
+
+// recycle overwrites the requests' bytes, their answers and errors, as the frontend reuses
+// them for the client's next request once done is called; recycled later checks that
+// nothing wrote them since.
+func (b *batch) recycle() {
+	for i := range b.reqs {
+		scribble(&b.reqs[i])
+	}
+	for i := range b.resps {
+		b.resps[i] = protocol.Response{Msg: recycledMsg}
+	}
+	for i := range b.errs {
+		b.errs[i] = errRecycled
+	}
+}
+
+// recycled checks that nothing wrote the batch's answers or errors after done.
+func (b *batch) recycled(t *testing.T) {
+	t.Helper()
+	for i := range b.resps {
+		if b.resps[i].Msg != recycledMsg || b.resps[i].Value != nil {
+			t.Errorf("resps[%d] written after done: %+v", i, b.resps[i])
 		}
 	}
 	for i := range b.errs {
-		if b.errs[i] != errUnset {
-			errs = append(errs, fmt.Errorf("StartBatch returned false, and set errs[%d]: %v", i, b.errs[i]))
+		if b.errs[i] != errRecycled {
+			t.Errorf("errs[%d] written after done: %v", i, b.errs[i])
 		}
 	}
-	b.reset() // for another try
-	return false, errors.Join(errs...)
 }
 
-// begin gives st's batch to StartBatch with r; retry tries again until it takes it, within
-// bound (a connection being dialed declines). A batch taken has dispatched r exactly once.
-func (st *starts) begin(t *testing.T, r *request, s step, retry bool) *batch {
+// begin gives s's batch to Start with r.
+func (st *starts) begin(t *testing.T, r *request, s step) *batch {
 	t.Helper()
 	reqs := make([]protocol.Request, len(s.wire))
 	for i, w := range s.wire {
 		reqs[i] = decode(t, w)
 	}
-	b := newBatch(r, reqs)
-	attempt := func() bool {
-		var err error
-		within(t, "StartBatch", func() { _, err = st.try(b) })
-		if err != nil {
-			t.Error(err)
-		}
-		return b.started
-	}
-	if retry {
-		eventually(t, "StartBatch taking the batch", attempt)
-	} else {
-		attempt()
-	}
-	if b.started {
-		r.settled(t)
-	}
+	b := newBatch(t, r, reqs)
+	st.mu.Lock()
+	st.started = append(st.started, b.probe)
+	st.mu.Unlock()
+	within(t, "Start", func() { st.s.Start(r.ctx, r.own, b.reqs, b.resps, b.errs, b.done) })
 	return b
 }
 
-// finish waits up to d for a started batch's done, and checks every request has its answer
-// or error.
+// finish waits up to d for a started batch's done, and checks that its turn was dispatched
+// exactly once before it, and that nothing was written after it.
 func (b *batch) finish(t *testing.T, d time.Duration) {
 	t.Helper()
 	if err := b.probe.wait(d); err != nil {
 		t.Fatal(err)
 	}
-	b.finished(t)
+	if b.dispatched != 1 {
+		t.Errorf("done called with %d dispatches of the turn, want exactly 1 before it", b.dispatched)
+	}
+	b.r.settled(t)
+	b.recycled(t)
 }
 
-// finished checks, once done was called, that every request has its answer or error.
-func (b *batch) finished(t *testing.T) {
+// start makes s's batch with Start on r, waiting up to bound for its done; it returns the
+// answers.
+func (st *starts) start(t *testing.T, r *request, s step) []string {
 	t.Helper()
-	for i := range b.reqs {
-		if b.errs[i] == errUnset {
-			t.Errorf("errs[%d] not set when done was called", i)
-		}
-	}
-}
-
-// answers are the batch's answers in short (see answer), "error" where the server did not
-// answer; then the requests' bytes are overwritten, as the client's next request does.
-func (b *batch) answers(t *testing.T) []string {
-	t.Helper()
-	var got []string
-	for i := range b.resps {
-		j, k := b.key(i)
-		req := &b.reqs[j]
-		if b.errs[j] != nil {
-			got = append(got, "error")
-			continue
-		}
-		if b.resps[i].Msg == unsetMsg {
-			t.Errorf("resps[%d] not set, with errs[%d] nil, when done was called", i, j)
-		}
-		if req.Op.IsRetrieval() && string(b.resps[i].Key) != string(req.Keys[k]) {
-			t.Errorf("resps[%d].Key = %q, want %q: StartBatch gives what DoBatch and Do would", i, b.resps[i].Key, req.Keys[k])
-		}
-		got = append(got, answer(req, k, &b.resps[i]))
-	}
-	for i := range b.reqs {
-		scribble(&b.reqs[i])
-	}
-	return got
-}
-
-// start makes s's batch with StartBatch on r, waiting up to bound for its done, and, when
-// StartBatch declines, with DoBatch (Do for a lone request), as its caller would; it
-// returns whether StartBatch took it, and the answers.
-func (st *starts) start(t *testing.T, r *request, s step, retry bool) (bool, []string) {
-	t.Helper()
-	b := st.begin(t, r, s, retry)
-	if !b.started {
-		return false, call(t, st.s, r, s)
-	}
+	b := st.begin(t, r, s)
 	b.finish(t, bound)
-	return true, b.answers(t)
+	return b.got
 }
 
 // timeout: a batch on a server that never answers ends with a timeout error, within the
 // server's Timeout, on each path.
 func (st *starts) timeout(t *testing.T, e *env, clientOf func(*testing.T) *client) {
 	binary, meta := clientOf(t), clientOf(t)
-	binarySteps, metaSteps := prefixed(startSteps[0], ""), prefixed(startSteps[1], "")
-	// The meta client's first request takes the meta path, so that its StartBatch, next,
-	// needs no switch: it is cancelled once it has reached the server.
-	ctx, cancel := e.context()
-	check(t, metaSteps, call(t, st.s, meta.request(ctx), metaSteps), fails)
-	cancel()
-
 	began := time.Now()
 	batches := []*batch{
-		st.begin(t, binary.request(context.Background()), binarySteps, true),
-		st.begin(t, meta.request(context.Background()), metaSteps, true),
+		st.begin(t, binary.request(context.Background()), prefixed(startSteps[0], "")),
+		st.begin(t, meta.request(context.Background()), prefixed(startSteps[1], "")),
 	}
-	deadline := time.NewTimer(silentWait)
-	defer deadline.Stop()
-	for _, b := range batches {
-		select {
-		case <-b.probe.ch:
-		case <-deadline.C:
-			t.Fatalf("done not called within %v of StartBatch returning true", silentWait)
+	timeouts := 0
+	for i, b := range batches {
+		b.finish(t, silentWait)
+		for j, got := range b.got {
+			if got != "error" {
+				t.Errorf("batch %d, answer %d: %q from a server that never answers", i, j, got)
+			}
 		}
+		for _, err := range b.failed {
+			if errors.Is(err, backend.ErrTimeout) {
+				timeouts++
+			}
+		}
+	}
+	// The first requests to fail time out; those executed one after the other may then
+	// find the server marked dead by them (FailureLimit), and fail at once.
+	if timeouts == 0 {
+		t.Errorf("no request timed out: %v, %v", batches[0].failed, batches[1].failed)
 	}
 	// Now, before a server the timeouts marked dead is probed (RetryMin after): what reaches
 	// the silent server from here on is the probe.
 	e.drain()
-	for i, b := range batches {
-		if err := b.probe.noSecond(); err != nil {
-			t.Error(err)
-		}
-		b.finished(t)
-		for j, err := range b.errs {
-			if !errors.Is(err, backend.ErrTimeout) {
-				t.Errorf("batch %d, request %d: %v; want a timeout (backend.ErrTimeout)", i, j, err)
-			}
-		}
-	}
 	t.Logf("timed out after %v", time.Since(began))
 }
 
 // concurrent: many clients start batches at once on one server, each pipelining its
 // batches (starting the next once the last was dispatched) and switching paths now and
-// then (where StartBatch may decline, and DoBatch sends the batch). Each done comes once,
-// and each answer is the one its client's order makes.
+// then (where a remote server waits for the other path first). Each done comes once, after
+// its dispatch, and each answer is the one its client's order makes.
 func (st *starts) concurrent(t *testing.T, clientOf func(*testing.T) *client) {
 	const clients, batches = 16, 24
 	type plan struct {
@@ -500,7 +454,6 @@ func (st *starts) concurrent(t *testing.T, clientOf func(*testing.T) *client) {
 		}
 	}
 
-	var startedN atomic.Int32
 	var wg sync.WaitGroup
 	for g := range plans {
 		wg.Add(1)
@@ -510,58 +463,33 @@ func (st *starts) concurrent(t *testing.T, clientOf func(*testing.T) *client) {
 			var pending []*batch
 			for j, reqs := range p.reqs {
 				r := p.c.request(context.Background())
-				b := newBatch(r, reqs)
-				ok, err := st.try(b)
-				if err != nil {
-					t.Errorf("client %d, batch %d: %v", g, j, err)
-					return
-				}
-				if !ok {
-					st.s.DoBatch(r.ctx, r.own, b.reqs, b.resps, b.errs)
-				} else {
-					startedN.Add(1)
-				}
-				// What settled does, on a goroutine that may not end the test.
-				n := r.dispatches()
-				r.returned = n
-				if n != 1 {
-					t.Errorf("client %d, batch %d (started %v): turn.Dispatched called %d times, want once", g, j, ok, n)
-				}
-				if n == 0 {
-					r.own.Release()
-				}
-				if err := waitTurn(r.behind); err != nil {
+				b := newBatch(t, r, reqs)
+				st.mu.Lock()
+				st.started = append(st.started, b.probe)
+				st.mu.Unlock()
+				st.s.Start(r.ctx, r.own, b.reqs, b.resps, b.errs, b.done)
+				if err := waitTurn(r.behind); err != nil { // dispatched: the next batch may start
 					t.Errorf("client %d, batch %d: %v", g, j, err)
 					return
 				}
 				pending = append(pending, b)
 			}
 			for j, b := range pending {
-				if b.started {
-					if err := b.probe.wait(bound); err != nil {
-						t.Errorf("client %d, batch %d: %v", g, j, err)
-						return
-					}
+				if err := b.probe.wait(bound); err != nil {
+					t.Errorf("client %d, batch %d: %v", g, j, err)
+					return
 				}
-				var got []string
-				for i := range b.reqs {
-					if b.errs[i] != nil {
-						got = append(got, fmt.Sprintf("error %v", b.errs[i]))
-					} else {
-						got = append(got, answer(&b.reqs[i], 0, &b.resps[i]))
-					}
+				b.r.returned = b.dispatched
+				if b.dispatched != 1 {
+					t.Errorf("client %d, batch %d: done called with %d dispatches of the turn, want 1", g, j, b.dispatched)
 				}
-				if want := p.wants[j]; fmt.Sprint(got) != fmt.Sprint(want) {
-					t.Errorf("client %d, batch %d (started %v): answers %q, want %q", g, j, b.started, got, want)
+				if want := p.wants[j]; fmt.Sprint(b.got) != fmt.Sprint(want) {
+					t.Errorf("client %d, batch %d: answers %q (%v), want %q", g, j, b.got, b.failed, want)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d of %d batches started, the others declined", startedN.Load(), clients*batches)
-	if startedN.Load() == 0 {
-		t.Error("StartBatch declined every batch: nothing was checked")
-	}
 }
 
 // waitTurn waits for t within bound, for a goroutine other than the test's.

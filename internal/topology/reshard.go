@@ -92,25 +92,58 @@ func (r *reshardServer) via(key []byte) pool.Server {
 	return r.inner
 }
 
-// Do answers a request through via of its key. A get of several keys that other servers
+// Start passes reqs on to the one server all their keys go through (via), when there is
+// one; else it answers them one request after the other (do), on a goroutine that waits.
+func (r *reshardServer) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	var to pool.Server
+	through := func(key []byte) bool { // key's way is to's, or the first one
+		via := r.inner
+		if key != nil {
+			via = r.via(key)
+		}
+		if to != nil && via != to {
+			return false
+		}
+		to = via
+		return true
+	}
+	for i := range reqs {
+		req := &reqs[i]
+		same := true
+		if len(req.Keys) > 0 {
+			for _, k := range req.Keys {
+				same = same && through(k)
+			}
+		} else {
+			same = through(keyOf(req))
+		}
+		if !same {
+			pool.StartWaiting(ctx, order, reqs, resps, errs, done, r.do)
+			return
+		}
+	}
+	to.Start(ctx, order, reqs, resps, errs, done)
+}
+
+// do answers a request through via of its key. A get of several keys that other servers
 // held is answered here, and each one missing read through from the server that held it.
-func (r *reshardServer) Do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+func (r *reshardServer) do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	switch {
 	case len(req.Keys) > 1:
 		first := r.via(req.Keys[0])
 		if !slices.ContainsFunc(req.Keys[1:], func(k []byte) bool { return r.via(k) != first }) {
-			return first.Do(ctx, order, req, resps)
+			return pool.Do(ctx, first, order, req, resps)
 		}
 	case keyOf(req) != nil:
-		return r.via(keyOf(req)).Do(ctx, order, req, resps)
+		return pool.Do(ctx, r.via(keyOf(req)), order, req, resps)
 	default:
-		return r.inner.Do(ctx, order, req, resps) // no key: flush_all, stats…
+		return pool.Do(ctx, r.inner, order, req, resps) // no key: flush_all, stats…
 	}
 	if req.Op != protocol.OpGet && req.Op != protocol.OpGets {
 		// A touch of many keys (gat): each through its own path, one at a time.
 		return r.each(ctx, order, req, resps)
 	}
-	if err := r.inner.Do(ctx, order, req, resps); err != nil {
+	if err := pool.Do(ctx, r.inner, order, req, resps); err != nil {
 		return err
 	}
 	missed := map[*migrate.Migration][]int{}
@@ -141,23 +174,11 @@ func (r *reshardServer) each(ctx context.Context, order *turn.Turn, req *protoco
 	for i, k := range req.Keys {
 		sub := *req
 		sub.Keys = req.Keys[i : i+1]
-		if err := r.via(k).Do(ctx, one, &sub, resps[i:i+1]); err != nil {
+		if err := pool.Do(ctx, r.via(k), one, &sub, resps[i:i+1]); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// DoBatch executes a batch of requests: as the member's own batch when none of their keys
-// moved here, else one by one through via.
-func (r *reshardServer) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	for i := range reqs {
-		if key := keyOf(&reqs[i]); key != nil && r.via(key) != r.inner {
-			pool.DoEach(ctx, order, r, reqs, resps, errs)
-			return
-		}
-	}
-	r.inner.DoBatch(ctx, order, reqs, resps, errs)
 }
 
 // keyOf is a request's key: its first for a retrieval; nil for one without.

@@ -70,7 +70,7 @@ func TestSASLPasswordChangeReconnects(t *testing.T) {
 	}
 	set := func(s pool.Server) error {
 		var r [1]protocol.Response
-		return s.Do(context.Background(), nil, &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}, r[:])
+		return pool.Do(context.Background(), s, nil, &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}, r[:])
 	}
 
 	write("secret")

@@ -405,7 +405,7 @@ func (pd *Pending) Commit(grace time.Duration) {
 	}
 	for k, m := range pd.migrations {
 		if _, running := b.migrations[k]; !running {
-			m.Start()
+			m.Copy()
 		}
 	}
 	b.running, b.migrations, b.placements = pd.servers, pd.migrations, pd.placements
@@ -503,12 +503,8 @@ type undiscovered string
 
 var _ pool.Server = undiscovered("")
 
-func (u undiscovered) Do(ctx context.Context, order *turn.Turn, _ *protocol.Request, _ []protocol.Response) error {
-	order.Dispatched() // failed at once, as every Server's request that cannot be sent
-	return fmt.Errorf("no servers: %s has not answered yet", string(u))
-}
-func (u undiscovered) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, order, u, reqs, resps, errs)
+func (u undiscovered) Start(_ context.Context, order *turn.Turn, _ []protocol.Request, _ []protocol.Response, errs []error, done func()) {
+	pool.Fail(order, errs, fmt.Errorf("no servers: %s has not answered yet", string(u)), done)
 }
 func (undiscovered) Up() bool               { return false }
 func (undiscovered) Info() pool.Info        { return pool.Info{State: pool.StateDead} }
@@ -520,13 +516,11 @@ type unconnected struct{}
 
 var _ pool.Server = unconnected{}
 
-func (unconnected) Do(ctx context.Context, order *turn.Turn, _ *protocol.Request, _ []protocol.Response) error {
-	order.Dispatched() // failed at once, as every Server's request that cannot be sent
-	return errors.New("not connected: topology built for --check")
+func (unconnected) Start(_ context.Context, order *turn.Turn, _ []protocol.Request, _ []protocol.Response, errs []error, done func()) {
+	pool.Fail(order, errs, errNotConnected, done)
 }
-func (u unconnected) DoBatch(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error) {
-	pool.DoEach(ctx, order, u, reqs, resps, errs)
-}
+
+var errNotConnected = errors.New("not connected: topology built for --check")
 func (unconnected) Up() bool               { return false }
 func (unconnected) Info() pool.Info        { return pool.Info{State: pool.StateDead} }
 func (unconnected) Stats() []protocol.Stat { return nil }

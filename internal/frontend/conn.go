@@ -237,17 +237,7 @@ func (c *conn) finishStarted(t *task) {
 	if !t.answer() {
 		return // a panic in begin answered it already (recoverStarted)
 	}
-	if !t.single {
-		c.s.observe(&t.req, t.resps)
-		if len(t.req.Keys) > 1 && valueBytes(t.resps) > partBytes {
-			go c.writeFetchedStarted(t) // written in pieces, which waits for the client
-			return
-		}
-	}
-	if !c.encodeStarted(t) {
-		return // it panicked: recoverPanic completed t
-	}
-	c.answers.completeNoWait(t)
+	c.finish(t, false)
 }
 
 // answerNow queues an answer that needs no server (an error, a noop), in its place.
@@ -277,15 +267,34 @@ func (c *conn) run(t *task) {
 	} else {
 		t.resps = c.handler.Handle(c.s.ctx, t.order(), t.alone(&t.req), t.resps[:0])
 	}
+	c.finish(t, true)
+}
+
+// finish answers t once its responses are final: the one tail of every task but a
+// streamed one, whether a goroutine that may wait for the client handled it (run,
+// mayWait) or whoever finished it started (finishStarted, on a server connection's reader
+// perhaps, which must not wait). Its turn is given on, its values observed (partKeys), and
+// its answer encoded and queued in its place — or, when large, written in pieces, which
+// waits for the client.
+func (c *conn) finish(t *task, mayWait bool) {
+	defer c.recoverPanic(t)
 	t.turn.Release()
 	c.s.observe(&t.req, t.resps)
 	if !t.single && len(t.req.Keys) > 1 && valueBytes(t.resps) > partBytes {
-		c.writeFetched(t)
+		if mayWait {
+			c.writeFetched(t)
+		} else {
+			go c.writeFetchedStarted(t)
+		}
 		return
 	}
 	t.out, _ = c.encode(t.out[:0], t, &t.req, t.resps, 0, true)
 	clear(t.resps) // the answer holds its values now: let the server's copies go
-	c.answers.complete(t)
+	if mayWait {
+		c.answers.complete(t)
+	} else {
+		c.answers.completeNoWait(t)
+	}
 }
 
 // encode appends the answer to req: the part of t's answer that resps make, whose first
@@ -318,15 +327,6 @@ func (c *conn) encode(dst []byte, t *task, req *protocol.Request, resps []protoc
 	default:
 		return protocol.AppendTextResponse(dst, req, resps), true
 	}
-}
-
-// encodeStarted encodes the answer of a started run; false when that panicked.
-func (c *conn) encodeStarted(t *task) (ok bool) {
-	defer c.recoverPanic(t)
-	t.turn.Release()
-	t.out, _ = c.encode(t.out[:0], t, &t.req, t.resps, 0, true)
-	clear(t.resps) // the answer holds its values now: let the server's copies go
-	return true
 }
 
 func (c *conn) close() {

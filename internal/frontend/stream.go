@@ -91,6 +91,5 @@ func valueBytes(resps []protocol.Response) int {
 // writeFetchedStarted writes the large answer of a started get, as run does.
 func (c *conn) writeFetchedStarted(t *task) {
 	defer c.recoverPanic(t)
-	t.turn.Release()
 	c.writeFetched(t)
 }

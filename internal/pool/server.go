@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/turn"
@@ -70,6 +71,79 @@ func DoBatch(ctx context.Context, s Server, order *turn.Turn, reqs []protocol.Re
 	s.Start(ctx, order, reqs, resps, errs, w.doneFunc)
 	<-w.done
 	putWaiter(w)
+}
+
+// Part is one server's share of a request or a run that goes to several: what Start takes.
+type Part struct {
+	Server Server
+	Reqs   []protocol.Request
+	Resps  []protocol.Response
+	Errs   []error
+	at     []int // KeysPart: the request's key indexes Resps answer, nil when they are all of them
+}
+
+// KeysPart is the part of a retrieval req that asks s for the keys at at (indexes into
+// req.Keys, in order), answered into out by Place: req itself when at is every key.
+func KeysPart(s Server, req *protocol.Request, at []int, out []protocol.Response) Part {
+	p := Part{Server: s, Reqs: []protocol.Request{*req}, Errs: make([]error, 1)}
+	if len(at) == len(req.Keys) && at[0] == 0 && at[len(at)-1] == len(at)-1 {
+		p.Resps = out
+		return p
+	}
+	keys := make([][]byte, len(at))
+	for j, i := range at {
+		keys[j] = req.Keys[i]
+	}
+	p.Reqs[0].Keys, p.Resps, p.at = keys, make([]protocol.Response, len(at)), at
+	return p
+}
+
+// Place puts a KeysPart's answers in out, where its request's keys are; not when it failed.
+func (p *Part) Place(out []protocol.Response) {
+	if p.at == nil || p.Errs[0] != nil {
+		return
+	}
+	for j, i := range p.at {
+		out[i] = p.Resps[j]
+	}
+}
+
+// StartParts starts every part at once — a batch per server, no goroutine per server — and
+// calls done once all are answered. order is split among them (turn.Turn.Split): the
+// connection's next request waits until every part is on its way.
+func StartParts(ctx context.Context, order *turn.Turn, parts []Part, done func()) {
+	if len(parts) == 1 {
+		p := &parts[0]
+		p.Server.Start(ctx, order, p.Reqs, p.Resps, p.Errs, done)
+		return
+	}
+	order.Split(len(parts))
+	g := &gather{done: done}
+	g.left.Store(int32(len(parts)))
+	for i := range parts {
+		p := &parts[i]
+		p.Server.Start(ctx, order, p.Reqs, p.Resps, p.Errs, g.partDone)
+	}
+}
+
+// DoParts is StartParts, waiting for every part's answers.
+func DoParts(ctx context.Context, order *turn.Turn, parts []Part) {
+	w := getWaiter()
+	StartParts(ctx, order, parts, w.doneFunc)
+	<-w.done
+	putWaiter(w)
+}
+
+// gather counts the parts of a StartParts still unanswered.
+type gather struct {
+	left atomic.Int32
+	done func()
+}
+
+func (g *gather) partDone() {
+	if g.left.Add(-1) == 0 {
+		g.done()
+	}
 }
 
 // waiter is what Do and DoBatch wait on; pooled, as they serve every request of some paths.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -274,23 +273,21 @@ func backendMsg(m *pool.Member, err error) string {
 	return "backend " + reason
 }
 
-// everyServer sends req (flush_all, cache_memlimit) to every server of every pool, in
-// parallel; the answer is OK when every server said OK, else the first other answer.
+// everyServer sends req (flush_all, cache_memlimit) to every server of every pool, all at
+// once; the answer is OK when every server said OK, else the first other answer.
 func (p *Proxy) everyServer(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request) protocol.Response {
 	members := t.Members()
 	answers := make([]protocol.Response, len(members))
-	order.Split(len(members))
-	var wg sync.WaitGroup
+	parts := make([]pool.Part, len(members))
 	for i, m := range members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := pool.Do(ctx, m.Server, order, req, answers[i:i+1]); err != nil {
-				failAll(m, err, req, answers[i:i+1])
-			}
-		}()
+		parts[i] = pool.Part{Server: m.Server, Reqs: []protocol.Request{*req}, Resps: answers[i : i+1], Errs: make([]error, 1)}
 	}
-	wg.Wait()
+	pool.DoParts(ctx, order, parts)
+	for i, m := range members {
+		if err := parts[i].Errs[0]; err != nil {
+			failAll(m, err, req, answers[i:i+1])
+		}
+	}
 	for _, a := range answers {
 		if a.Status != protocol.StatusOK || a.Value != nil {
 			return a

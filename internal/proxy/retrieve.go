@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"sync"
 
 	"github.com/moxi-proxy/moxi/internal/dedup"
 	"github.com/moxi-proxy/moxi/internal/hotcache"
@@ -174,21 +173,15 @@ func (p *Proxy) fanOut(ctx context.Context, order *turn.Turn, poolFor func([]byt
 	}
 	for attempt := 0; len(idx) > 0; attempt++ {
 		shares := split(poolFor, req.Keys, idx)
-		order.Split(len(shares)) // the connection's next request waits for every share to be sent
-		errs := make([]error, len(shares))
-		var wg sync.WaitGroup
+		parts := make([]pool.Part, len(shares))
 		for s := range shares {
-			run := func() { errs[s] = p.fetchShare(ctx, order, req, &shares[s], out) }
-			if s == len(shares)-1 {
-				run() // the last share on this goroutine
-				continue
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); run() }()
+			parts[s] = pool.KeysPart(shares[s].Member.Server, req, shares[s].At, out)
 		}
-		wg.Wait()
+		pool.DoParts(ctx, order, parts)
 		idx = idx[:0:0]
-		for s, err := range errs {
+		for s := range parts {
+			parts[s].Place(out)
+			err := parts[s].Errs[0]
 			if err == nil {
 				continue
 			}
@@ -216,24 +209,4 @@ func split(poolFor func([]byte) *pool.Pool, keys [][]byte, idx []int) []pool.Gro
 		}
 	}
 	return groups
-}
-
-// fetchShare sends one member its share of req's keys and places the answers in out.
-func (p *Proxy) fetchShare(ctx context.Context, order *turn.Turn, req *protocol.Request, sh *pool.Group, out []protocol.Response) error {
-	if len(sh.At) == len(req.Keys) && sh.At[0] == 0 && sh.At[len(sh.At)-1] == len(req.Keys)-1 {
-		return pool.Do(ctx, sh.Member.Server, order, req, out) // one server has every key, in order
-	}
-	sub := *req
-	sub.Keys = make([][]byte, len(sh.At))
-	for j, i := range sh.At {
-		sub.Keys[j] = req.Keys[i]
-	}
-	answers := make([]protocol.Response, len(sh.At))
-	if err := pool.Do(ctx, sh.Member.Server, order, &sub, answers); err != nil {
-		return err
-	}
-	for j, i := range sh.At {
-		out[i] = answers[j]
-	}
-	return nil
 }

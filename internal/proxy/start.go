@@ -14,12 +14,13 @@ import (
 )
 
 // Start answers a run as Handle does, without a goroutine waiting for it: the run goes to
-// its server as one batch (pool.Server.Start), and whoever finishes that calls done, once.
-// A lone get of many keys is taken as well, as one request. It takes the common case only:
-// every key served by one member, no feature of the proxy's that acts after the answer (a
-// hot key, fire-and-forget, a touch), and for a lone get, fetches of its keys by others to
-// join only when it leads some itself. It reports false, having done nothing, for anything
-// else: the caller then runs the request as before.
+// its server as one batch (pool.Server.Start), or to each of its servers its share
+// (pool.StartParts), and whoever finishes the last calls done, once. A lone get of many
+// keys is taken as well, as one request. It takes the common case only: no feature of the
+// proxy's that acts after the answer (a hot key, fire-and-forget, a touch), and for a lone
+// get, fetches of its keys by others to join only when it leads some itself. It reports
+// false, having done nothing, for anything else: the caller then runs the request as
+// before.
 func (p *Proxy) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
 	return p.start(ctx, order, "", reqs, resps, done)
 }
@@ -29,8 +30,8 @@ func (p *Proxy) start(ctx context.Context, order *turn.Turn, listener string, re
 	walk.Step()
 	begun := time.Now()
 	t := p.topo.Load().InService(begun).ForListener(listener)
-	pl, m := startable(t, reqs)
-	if m == nil {
+	pl, m, ok := startable(t, reqs)
+	if !ok {
 		return false
 	}
 	r := getStartedRun()
@@ -57,39 +58,98 @@ func (p *Proxy) start(ctx context.Context, order *turn.Turn, listener string, re
 			p.beginWrite(t, req.Key)
 		}
 	}
-	m.Server.Start(ctx, order, reqs, resps, r.errs, r.finishFunc)
+	switch {
+	case m != nil:
+		m.Server.Start(ctx, order, reqs, resps, r.errs, r.finishFunc)
+	case r.many:
+		r.startKeys()
+	default:
+		r.startShares()
+	}
 	return true
 }
 
-// startable is the member that serves every key of a run that Start may take, or nil.
-func startable(t *topology.Topology, reqs []protocol.Request) (*pool.Pool, *pool.Member) {
-	var pl *pool.Pool
-	var m *pool.Member
-	take := func(key []byte) bool {
+// startKeys sends a lone get whose keys several members serve, each member its share.
+func (r *startedRun) startKeys() {
+	req := &r.reqs[0]
+	r.shares = pool.GroupByMember(r.t.PoolFor, req.Keys, nil) // At: key indexes
+	for _, sh := range r.shares {
+		r.parts = append(r.parts, pool.KeysPart(sh.Member.Server, req, sh.At, r.resps))
+	}
+	pool.StartParts(r.ctx, r.order, r.parts, r.gatherFunc)
+}
+
+// startShares sends a run whose keys several members serve, each member its share.
+func (r *startedRun) startShares() {
+	r.batch = getWriteBatch()
+	r.batch.group(r.t, r.reqs)
+	for s := range r.batch.shares {
+		r.batch.parts = append(r.batch.parts, r.batch.shares[s].part(r.reqs, r.resps))
+	}
+	pool.StartParts(r.ctx, r.order, r.batch.parts, r.gatherFunc)
+}
+
+// gather places the shares' answers once the last is in (startKeys, startShares), notes
+// the requests that got none, and finishes the run.
+func (r *startedRun) gather() {
+	if r.many {
+		for i := range r.parts {
+			part := &r.parts[i]
+			part.Place(r.resps)
+			if part.Errs[0] != nil {
+				r.errs[0] = part.Errs[0]
+				r.retryKeys = append(r.retryKeys, r.shares[i].At...)
+			}
+		}
+	} else {
+		whole := len(r.batch.shares) == 1
+		for s := range r.batch.shares {
+			sh := &r.batch.shares[s]
+			for j, i := range sh.idx {
+				if !whole {
+					r.resps[i] = sh.resps[j]
+				}
+				r.errs[i] = sh.errs[j]
+			}
+		}
+	}
+	r.finish()
+}
+
+// startable reports whether Start may take a run, and the member that serves every key
+// of it when one does (nil, with pl nil, when several do).
+func startable(t *topology.Topology, reqs []protocol.Request) (pl *pool.Pool, m *pool.Member, ok bool) {
+	seen, one := false, true
+	take := func(key []byte) {
 		kp := t.PoolFor(key)
 		km := kp.Member(kp.Locate(key))
-		if m != nil && km != m {
-			return false
+		switch {
+		case !seen:
+			pl, m, seen = kp, km, true
+		case km != m:
+			one = false
 		}
-		pl, m = kp, km
-		return true
 	}
 	for i := range reqs {
 		req := &reqs[i]
 		switch {
 		case req.Op == protocol.OpGat || req.Op == protocol.OpGats, req.Op == protocol.OpMetaNoop, inBackground(t, req):
-			return nil, nil
+			return nil, nil, false
 		case req.Op.IsRetrieval():
 			for _, k := range req.Keys {
-				if t.Hot.Hot(k) || !take(k) {
-					return nil, nil
+				if t.Hot.Hot(k) {
+					return nil, nil, false
 				}
+				take(k)
 			}
-		case !take(req.Key):
-			return nil, nil
+		default:
+			take(req.Key)
 		}
 	}
-	return pl, m
+	if !one {
+		return nil, nil, true
+	}
+	return pl, m, true
 }
 
 // startedRun is a run Start sent, until it is answered.
@@ -98,8 +158,8 @@ type startedRun struct {
 	ctx        context.Context
 	order      *turn.Turn // the run's turn, until it is dispatched (and for a retry's deferred dispatches)
 	t          *topology.Topology
-	pool       *pool.Pool
-	member     *pool.Member
+	pool       *pool.Pool   // of every key, nil when several members serve them
+	member     *pool.Member // that serves every key, nil when several do
 	reqs       []protocol.Request
 	resps      []protocol.Response
 	errs       []error
@@ -107,6 +167,14 @@ type startedRun struct {
 	begun      time.Time
 	done       func()
 	finishFunc func() // finish, made once per startedRun
+	gatherFunc func() // gather, made once per startedRun
+
+	// Several members: a lone get's shares (startKeys) and the keys to fetch again, whose
+	// share got no answer; or a run's (startShares).
+	shares    []pool.Group
+	parts     []pool.Part
+	retryKeys []int
+	batch     *writeBatch
 
 	// A lone get's fetches of its keys (dedup): flights[i] for key i, nil where the get
 	// neither leads nor follows one; follows, the keys others are fetching.
@@ -122,7 +190,7 @@ func getStartedRun() *startedRun {
 		return r
 	}
 	r := new(startedRun)
-	r.finishFunc = r.finish
+	r.finishFunc, r.gatherFunc = r.finish, r.gather
 	return r
 }
 
@@ -130,8 +198,21 @@ func getStartedRun() *startedRun {
 func (r *startedRun) release() {
 	clear(r.errs)
 	clear(r.flights)
-	*r = startedRun{errs: r.errs[:0], flights: r.flights[:0], follows: r.follows[:0], finishFunc: r.finishFunc}
+	clear(r.parts)
+	if r.batch != nil {
+		putWriteBatch(r.batch)
+	}
+	*r = startedRun{errs: r.errs[:0], flights: r.flights[:0], follows: r.follows[:0], parts: r.parts[:0], retryKeys: r.retryKeys[:0],
+		finishFunc: r.finishFunc, gatherFunc: r.gatherFunc}
 	startedRuns.Put(r)
+}
+
+// space is the name of key's pool, by which its fetches are known (dedup).
+func (r *startedRun) space(key []byte) string {
+	if r.pool != nil {
+		return r.pool.Name()
+	}
+	return r.t.PoolFor(key).Name()
 }
 
 // lead starts the fetch of each key of a lone get nobody else is fetching (dedup), and
@@ -142,7 +223,7 @@ func (r *startedRun) lead() {
 		var f *dedup.Flight[protocol.Response]
 		if !p.writes.InFlight(k) {
 			var leader bool
-			if f, leader = p.flights.Start(r.pool.Name(), k); !leader {
+			if f, leader = p.flights.Start(r.space(k), k); !leader {
 				r.follows = append(r.follows, i)
 			} else {
 				r.leads++
@@ -168,7 +249,7 @@ func (r *startedRun) fetchAndFollow() {
 	p.fetch(r.ctx, r.order, r.t, req, r.resps, idx)
 	for _, i := range idx {
 		if f := r.flights[i]; f != nil {
-			p.publish(r.t, r.pool.Name(), req.Keys[i], &r.resps[i], false, 0, f)
+			p.publish(r.t, r.space(req.Keys[i]), req.Keys[i], &r.resps[i], false, 0, f)
 		}
 	}
 	for _, i := range r.follows {
@@ -193,19 +274,28 @@ func (r *startedRun) finish() {
 
 func (r *startedRun) retryAndEnd() {
 	p := r.p
-	if r.many {
-		p.fanOut(r.ctx, r.order, r.t.PoolFor, &r.reqs[0], r.resps, nil)
+	switch {
+	case r.many:
+		var keys []int // nil: every key, all from one member
+		if r.member == nil {
+			keys = r.retryKeys
+		}
+		p.fanOut(r.ctx, r.order, r.t.PoolFor, &r.reqs[0], r.resps, keys)
+		r.end()
+		return
+	case r.batch != nil:
+		for s := range r.batch.shares {
+			sh := &r.batch.shares[s]
+			for j, i := range sh.idx {
+				p.recover(r.ctx, r.order, sh.pool, runKey(&r.reqs[i]), &r.reqs[i], r.resps[i:i+1], sh.member, sh.errs[j])
+			}
+		}
 		r.end()
 		return
 	}
 	for i, err := range r.errs {
 		if err != nil {
-			req := &r.reqs[i]
-			key := req.Key
-			if req.Op.IsRetrieval() {
-				key = req.Keys[0]
-			}
-			p.recover(r.ctx, r.order, r.pool, key, req, r.resps[i:i+1], r.member, err)
+			p.recover(r.ctx, r.order, r.pool, runKey(&r.reqs[i]), &r.reqs[i], r.resps[i:i+1], r.member, err)
 		}
 	}
 	r.end()
@@ -221,7 +311,7 @@ func (r *startedRun) end() {
 		if f != nil {
 			k := r.reqs[0].Keys[i]
 			r.resps[i].Key = k
-			p.publish(t, r.pool.Name(), k, &r.resps[i], false, 0, f)
+			p.publish(t, r.space(k), k, &r.resps[i], false, 0, f)
 		}
 	}
 	if r.many {
@@ -231,16 +321,7 @@ func (r *startedRun) end() {
 		}
 		p.account(req, r.resps, took)
 	} else {
-		for i := range r.reqs {
-			req := &r.reqs[i]
-			switch {
-			case req.Op.IsRetrieval():
-				r.resps[i].Key = req.Keys[0]
-			case req.Op.ChangesKey():
-				p.endWrite(t, req.Key)
-			}
-			p.account(req, r.resps[i:i+1], took)
-		}
+		p.endRun(t, r.reqs, r.resps, took)
 	}
 	done := r.done
 	r.release()

@@ -88,44 +88,56 @@ func (p *Proxy) run(ctx context.Context, order *turn.Turn, t *topology.Topology,
 		}
 	}
 	p.sendShares(ctx, order, b, reqs, resps)
-	took := time.Since(start).Seconds()
+	p.endRun(t, reqs, resps, time.Since(start).Seconds())
+}
+
+// endRun settles and counts a run's answers, which took seconds: each get's answer names
+// its key, each write's key is settled (endWrite), each request is counted.
+func (p *Proxy) endRun(t *topology.Topology, reqs []protocol.Request, resps []protocol.Response, seconds float64) {
 	for i := range reqs {
 		req := &reqs[i]
-		if req.Op.IsRetrieval() {
+		switch {
+		case req.Op.IsRetrieval():
 			resps[i].Key = req.Keys[0]
-		} else if req.Op.ChangesKey() {
+		case req.Op.ChangesKey():
 			p.endWrite(t, req.Key)
 		}
-		p.account(req, resps[i:i+1], took)
+		p.account(req, resps[i:i+1], seconds)
 	}
 }
 
-// sendShares sends each member its share of a run, in parallel, and retries the requests
-// that got no answer one by one.
+// sendShares sends each member its share of a run, all at once (pool.DoParts), and retries
+// the requests that got no answer one by one.
 func (p *Proxy) sendShares(ctx context.Context, order *turn.Turn, b *writeBatch, reqs []protocol.Request, resps []protocol.Response) {
-	order.Split(len(b.shares)) // the connection's next request waits for every share to be sent
-	var wg sync.WaitGroup
+	b.parts = b.parts[:0]
 	for s := range b.shares {
-		sh := &b.shares[s]
-		if s == len(b.shares)-1 {
-			sh.do(ctx, order, reqs, resps) // the last share on this goroutine
-			continue
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); sh.do(ctx, order, reqs, resps) }()
+		b.parts = append(b.parts, b.shares[s].part(reqs, resps))
 	}
-	wg.Wait()
+	pool.DoParts(ctx, order, b.parts)
 	for s := range b.shares {
 		sh := &b.shares[s]
+		whole := len(sh.idx) == len(reqs) // answered in place
 		for j, i := range sh.idx {
-			p.recover(ctx, order, sh.pool, reqs[i].Key, &reqs[i], resps[i:i+1], sh.member, sh.errs[j])
+			if !whole {
+				resps[i] = sh.resps[j]
+			}
+			p.recover(ctx, order, sh.pool, runKey(&reqs[i]), &reqs[i], resps[i:i+1], sh.member, sh.errs[j])
 		}
 	}
+}
+
+// runKey is the key of a request of a run: a retrieval's one key, or a write's.
+func runKey(req *protocol.Request) []byte {
+	if req.Op.IsRetrieval() {
+		return req.Keys[0]
+	}
+	return req.Key
 }
 
 // writeBatch is a run of single-key requests grouped by the member that serves them.
 type writeBatch struct {
 	shares []writeShare
+	parts  []pool.Part // a part per share, for pool.DoParts
 }
 
 // group puts each request of the run in its member's share, but a fire-and-forget write,
@@ -134,9 +146,8 @@ type writeBatch struct {
 func (b *writeBatch) group(t *topology.Topology, reqs []protocol.Request) bool {
 	for i := range reqs {
 		req := &reqs[i]
-		key := req.Key
+		key := runKey(req)
 		if req.Op.IsRetrieval() {
-			key = req.Keys[0]
 			if t.Hot.Hot(key) {
 				return false
 			}
@@ -171,10 +182,11 @@ func putWriteBatch(b *writeBatch) {
 		clear(sh.errs)
 		*sh = writeShare{idx: sh.idx[:0], reqs: sh.reqs[:0], resps: sh.resps[:0], errs: sh.errs[:0]}
 	}
+	clear(b.parts)
 	if len(b.shares) > 16 { // a run over many servers: do not pin its slices
-		b.shares = nil
+		b.shares, b.parts = nil, nil
 	}
-	b.shares = b.shares[:0]
+	b.shares, b.parts = b.shares[:0], b.parts[:0]
 	writeBatches.Put(b)
 }
 
@@ -196,26 +208,21 @@ func (b *writeBatch) add(pl *pool.Pool, m *pool.Member, i int) {
 	b.shares[s].idx = append(b.shares[s].idx, i)
 }
 
-// do sends the share as one batch and places the answers in resps; errs keeps which writes
-// got none.
-func (sh *writeShare) do(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response) {
-	sh.errs = sh.errs[:0]
+// part is the share as a part of the run, its requests copied out of reqs; sendShares
+// places its answers in resps.
+func (sh *writeShare) part(reqs []protocol.Request, resps []protocol.Response) pool.Part {
+	sh.reqs, sh.resps, sh.errs = sh.reqs[:0], sh.resps[:0], sh.errs[:0]
 	for range sh.idx {
 		sh.errs = append(sh.errs, nil)
 	}
 	if len(sh.idx) == len(reqs) { // the whole run: no copies
-		pool.DoBatch(ctx, sh.member.Server, order, reqs, resps, sh.errs)
-		return
+		return pool.Part{Server: sh.member.Server, Reqs: reqs, Resps: resps, Errs: sh.errs}
 	}
-	sh.reqs, sh.resps = sh.reqs[:0], sh.resps[:0]
 	for _, i := range sh.idx {
 		sh.reqs = append(sh.reqs, reqs[i])
 		sh.resps = append(sh.resps, protocol.Response{})
 	}
-	pool.DoBatch(ctx, sh.member.Server, order, sh.reqs, sh.resps, sh.errs)
-	for j, i := range sh.idx {
-		resps[i] = sh.resps[j]
-	}
+	return pool.Part{Server: sh.member.Server, Reqs: sh.reqs, Resps: sh.resps, Errs: sh.errs}
 }
 
 // settle ends what moxi holds of key's old value once a write of it is acknowledged: its

@@ -2,7 +2,6 @@ package route
 
 import (
 	"context"
-	"sync"
 
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
@@ -15,27 +14,25 @@ import (
 // asked once: a pool asked on another's behalf (a backup, a shadow) is not retried.
 func askEach(ctx context.Context, order *turn.Turn, pl *pool.Pool, req *protocol.Request, out []protocol.Response, idx []int) (answered []bool) {
 	shares := pool.GroupByMember(pl.Itself, req.Keys, idx)
-	answered = make([]bool, len(idx))
-	var wg sync.WaitGroup
-	for _, sh := range shares {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sub := *req
-			sub.Keys = make([][]byte, len(sh.At))
-			for n, j := range sh.At {
-				sub.Keys[n] = req.Keys[idx[j]]
-			}
-			answers := make([]protocol.Response, len(sub.Keys))
-			if err := pool.Do(ctx, sh.Member.Server, order, &sub, answers); err != nil {
-				return
-			}
-			for n, j := range sh.At {
-				out[idx[j]], answered[j] = answers[n], true
-			}
-		}()
+	parts := make([]pool.Part, len(shares))
+	for s, sh := range shares {
+		at := make([]int, len(sh.At))
+		for n, j := range sh.At {
+			at[n] = idx[j]
+		}
+		parts[s] = pool.KeysPart(sh.Member.Server, req, at, out)
 	}
-	wg.Wait()
+	pool.DoParts(ctx, order, parts)
+	answered = make([]bool, len(idx))
+	for s, sh := range shares {
+		if parts[s].Errs[0] != nil {
+			continue
+		}
+		parts[s].Place(out)
+		for _, j := range sh.At {
+			answered[j] = true
+		}
+	}
 	return answered
 }
 

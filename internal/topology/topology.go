@@ -521,6 +521,7 @@ func (unconnected) Start(_ context.Context, order *turn.Turn, _ []protocol.Reque
 }
 
 var errNotConnected = errors.New("not connected: topology built for --check")
+
 func (unconnected) Up() bool               { return false }
 func (unconnected) Info() pool.Info        { return pool.Info{State: pool.StateDead} }
 func (unconnected) Stats() []protocol.Stat { return nil }

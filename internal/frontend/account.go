@@ -3,6 +3,7 @@ package frontend
 import (
 	"math"
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,57 +38,70 @@ const (
 	minPerKey = 1 << 10
 )
 
-// hold adds n bytes (or releases -n) to the account of c and of the server.
-func (c *conn) hold(n int64) {
+// account is one connection's byte account: its counters are atomic, so that whoever
+// makes an answer changes them without a lock; admission (conn.admit), which checks them
+// together with the answer queue, does so under the queue's lock.
+type account struct {
+	s           *Server
+	held        atomic.Int64  // this connection's bytes in the account
+	unknownKeys atomic.Int64  // keys of the tasks in flight whose answers may carry values
+	room        chan struct{} // capacity 1: signaled when held or unknownKeys went down
+	perKey      atomic.Int64  // the bytes an answer is expected to take per key
+	measured    atomic.Bool   // perKey was measured on an answer, not guessed
+}
+
+func (a *account) init(s *Server) {
+	a.s, a.room = s, make(chan struct{}, 1)
+	a.perKey.Store(int64(s.limits().MaxValueBytes))
+}
+
+// hold adds n bytes (or releases -n) to the account and to the server's.
+func (a *account) hold(n int64) {
 	if n == 0 {
 		return
 	}
-	c.held.Add(n)
-	total := c.s.buffered.Add(n)
+	a.held.Add(n)
+	total := a.s.buffered.Add(n)
 	if n < 0 {
-		c.signalRoom()
-		if c.s.roomWaiters.Load() > 0 && (c.s.MaxBufferedBytes == 0 || total <= int64(c.s.MaxBufferedBytes)) {
-			c.s.wakeRoom()
+		a.signalRoom()
+		if a.s.roomWaiters.Load() > 0 && (a.s.MaxBufferedBytes == 0 || total <= int64(a.s.MaxBufferedBytes)) {
+			a.s.wakeRoom()
 		}
 	}
 }
 
-// answered puts t's answer, now made, in the place of its reservation in the byte account,
-// and lowers the fences its writes raised.
-func (c *conn) answered(t *task) {
-	c.fences.lower(t.fences)
-	t.fences = t.fences[:0]
+// answered puts t's answer, now made, in the place of its reservation.
+func (a *account) answered(t *task) {
 	if t.valueKeys > 0 && len(t.out) > 0 {
 		per := int64(len(t.out)) / int64(t.valueKeys)
-		c.perKey.Store(max(per, c.perKey.Load()>>min(t.valueKeys, 62), minPerKey))
-		c.measured.Store(true)
-		c.s.measured(per)
+		a.perKey.Store(max(per, a.perKey.Load()>>min(t.valueKeys, 62), minPerKey))
+		a.measured.Store(true)
+		a.s.measured(per)
 	}
 	held := int64(t.bytes()) + int64(len(t.out))
-	c.hold(held - t.held)
+	a.hold(held - t.held)
 	t.held = held
 	if t.valueKeys > 0 {
-		c.answers.mu.Lock()
-		c.unknownKeys -= t.valueKeys
-		c.answers.mu.Unlock()
-		c.signalRoom()
+		a.unknownKeys.Add(-int64(t.valueKeys))
+		a.signalRoom()
 	}
 }
 
-// signalRoom tells c's reader, if it waits for room, that c's account went down.
-func (c *conn) signalRoom() {
+// signalRoom tells the connection's reader, if it waits for room, that the account went
+// down.
+func (a *account) signalRoom() {
 	select {
-	case c.room <- struct{}{}:
+	case a.room <- struct{}{}:
 	default:
 	}
 }
 
-// hasRoom reports whether c may take extra more bytes: false when that would put it past
-// its own bound while it has answers to write (queued), or past its share of the global
-// bound while the total is past it.
-func (c *conn) hasRoom(extra int64, queued bool) bool {
-	s := c.s
-	held := c.held.Load() + extra
+// hasRoom reports whether the connection may take extra more bytes: false when that would
+// put it past its own bound while it has answers to write (queued), or past its share of
+// the global bound while the total is past it.
+func (a *account) hasRoom(extra int64, queued bool) bool {
+	s := a.s
+	held := a.held.Load() + extra
 	if queued && s.MaxConnectionBytes > 0 && held > int64(s.MaxConnectionBytes) {
 		return false
 	}
@@ -140,7 +154,7 @@ func (c *conn) waitRoom(ok func() bool, deadline time.Time) error {
 			return net.ErrClosed
 		}
 		select {
-		case <-c.room:
+		case <-c.acct.room:
 		case <-global:
 		case <-timeout:
 			return errRequestTimeout
@@ -179,8 +193,8 @@ func (s *Server) maxUnknownKeys() int {
 }
 
 // reserve is what task t reserves in the account for its answer while in flight.
-func (c *conn) reserve(t *task) int64 {
-	return reserveFor(t, c.perKey.Load())
+func (a *account) reserve(t *task) int64 {
+	return reserveFor(t, a.perKey.Load())
 }
 
 func reserveFor(t *task, perKey int64) int64 {
@@ -208,9 +222,10 @@ func (s *Server) measured(per int64) {
 // already, and sending it on is how they are let go.
 func (c *conn) admit(t *task) (only bool) {
 	bytes := int64(t.bytes())
-	own := bytes + c.reserve(t)
-	lone := bytes + reserveFor(t, min(c.perKey.Load(), max(c.s.perKey.Load(), minPerKey)))
-	if !c.measured.Load() {
+	a := &c.acct
+	own := bytes + a.reserve(t)
+	lone := bytes + reserveFor(t, min(a.perKey.Load(), max(c.s.perKey.Load(), minPerKey)))
+	if !a.measured.Load() {
 		lone = min(lone, bytes+c.s.share())
 	}
 	_ = c.waitRoom(func() bool {
@@ -219,17 +234,17 @@ func (c *conn) admit(t *task) (only bool) {
 			t.held = own // answers are dropped: nothing will be held long
 		case c.answers.queuedLocked():
 			t.held = own
-			return c.answers.windowUsed+t.weight <= windowKeys && c.unknownKeys+t.valueKeys <= c.s.maxUnknownKeys() && c.hasRoom(own, true)
+			return c.answers.windowUsed+t.weight <= windowKeys && a.unknownKeys.Load()+int64(t.valueKeys) <= int64(c.s.maxUnknownKeys()) && a.hasRoom(own, true)
 		default:
 			t.held = lone
-			return t.valueKeys == 0 || c.hasRoom(lone, false)
+			return t.valueKeys == 0 || a.hasRoom(lone, false)
 		}
 		return true
 	}, time.Time{})
+	a.unknownKeys.Add(int64(t.valueKeys)) // only the reader adds: what ok saw holds, or went down
 	c.answers.mu.Lock()
-	c.unknownKeys += t.valueKeys
 	only = c.answers.pushLocked(t)
 	c.answers.mu.Unlock()
-	c.hold(t.held)
+	a.hold(t.held)
 	return only
 }

@@ -25,13 +25,13 @@ var errWriteTimeout = errors.New("answers not taken within write_timeout")
 // Each answer is written as soon as it and every answer before it are ready, by whichever
 // goroutine holds the writer token; answers that are ready together leave in one write.
 //
-// Its mu also guards conn.unknownKeys, which admission checks together with the queue. The
-// zero value is not ready for use: the connection sets it up with init.
+// The zero value is not ready for use: the connection sets it up with init.
 type answerQueue struct {
-	s    *Server
-	nc   net.Conn
-	raw  syscall.RawConn // nc's descriptor, for writes that must not wait (tryWrite); nil for TLS
-	acct byteAccount
+	s     *Server
+	nc    net.Conn
+	raw   syscall.RawConn // nc's descriptor, for writes that must not wait (tryWrite); nil for TLS
+	acct  *account        // the connection's byte account (account.go)
+	lower func([]uint64)  // lowers the fences a task's writes raised (fence.go)
 
 	mu         sync.Mutex
 	cond       sync.Cond   // broadcast when answers were written or the writer token is free
@@ -51,15 +51,8 @@ type answerQueue struct {
 	rawWrite rawWrite // tryWrite's
 }
 
-// byteAccount is the connection's byte account (account.go) as its answers change it.
-type byteAccount interface {
-	answered(t *task) // t's answer is made: it takes the place of its reservation
-	hold(n int64)     // n bytes more (or -n fewer) are held
-	signalRoom()      // the window has room again
-}
-
-func (q *answerQueue) init(s *Server, nc net.Conn, raw syscall.RawConn, acct byteAccount) {
-	q.s, q.nc, q.raw, q.acct = s, nc, raw, acct
+func (q *answerQueue) init(s *Server, nc net.Conn, raw syscall.RawConn, acct *account, lower func([]uint64)) {
+	q.s, q.nc, q.raw, q.acct, q.lower = s, nc, raw, acct, lower
 	q.cond.L = &q.mu
 }
 
@@ -123,10 +116,18 @@ func (q *answerQueue) completeNoWait(t *task) {
 	}
 }
 
+// answered puts t's answer, now made, in the place of its reservation in the byte account,
+// and lowers the fences its writes raised.
+func (q *answerQueue) answered(t *task) {
+	q.lower(t.fences)
+	t.fences = t.fences[:0]
+	q.acct.answered(t)
+}
+
 // ready marks t's answer, now made, ready. It reports whether the caller is to write the
 // answers due: then it holds mu and the writer token; else mu is unlocked.
 func (q *answerQueue) ready(t *task) bool {
-	q.acct.answered(t)
+	q.answered(t)
 	q.mu.Lock()
 	t.done = true
 	if q.writing || q.burst || q.queue[q.head] != t {
@@ -155,7 +156,7 @@ func (q *answerQueue) takeWriter(t *task) error {
 // answers now due.
 func (q *answerQueue) wroteOwn(t *task, err error) {
 	t.out = t.out[:0] // written already
-	q.acct.answered(t)
+	q.answered(t)
 	q.mu.Lock()
 	if err != nil {
 		q.fail(err)

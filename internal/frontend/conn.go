@@ -87,12 +87,7 @@ type conn struct {
 	failedLogins int                   // failed logins in a row; owned by the reader
 	storedKeys   []byte                // the request's keys renamed into their namespace; owned by the reader
 
-	// The byte account (account.go).
-	unknownKeys int           // keys of the tasks in flight whose answers may carry values; guarded by answers.mu
-	held        atomic.Int64  // this connection's bytes in the account
-	room        chan struct{} // capacity 1: signaled when held went down
-	perKey      atomic.Int64  // the bytes an answer is expected to take per key
-	measured    atomic.Bool   // perKey was measured on an answer, not guessed
+	acct account // the byte account (account.go)
 	// Owned by the reader.
 	input        int64     // bytes read that no started request owns yet
 	reqSince     time.Time // when the request being read first waited for the socket; zero between requests
@@ -101,7 +96,8 @@ type conn struct {
 }
 
 func newConn(s *Server, h Handler, nc net.Conn, affinity uint32) *conn {
-	c := &conn{s: s, handler: h, nc: nc, chain: turn.NewChain(affinity), room: make(chan struct{}, 1)}
+	c := &conn{s: s, handler: h, nc: nc, chain: turn.NewChain(affinity)}
+	c.acct.init(s)
 	c.starter, _ = h.(Starter)
 	switch plain := nc.(type) { // bytes written to the socket are the client's (not TLS's)
 	case *net.TCPConn:
@@ -109,8 +105,7 @@ func newConn(s *Server, h Handler, nc net.Conn, affinity uint32) *conn {
 	case *net.UnixConn:
 		c.raw, _ = plain.SyscallConn()
 	}
-	c.answers.init(s, nc, c.raw, c)
-	c.perKey.Store(int64(s.limits().MaxValueBytes))
+	c.answers.init(s, nc, c.raw, &c.acct, c.fences.lower)
 	return c
 }
 
@@ -139,12 +134,12 @@ func (c *conn) serve() {
 			continue
 		}
 		c.input += int64(n)
-		c.hold(int64(n))
+		c.acct.hold(int64(n))
 		walk.Step() // a request arrived
 		c.acquire()
 		err = c.readBusy()
 		c.release()
-		c.hold(-c.input)
+		c.acct.hold(-c.input)
 		c.input, c.reqSince = 0, time.Time{}
 		if err != nil {
 			if errors.Is(err, errRequestTimeout) {

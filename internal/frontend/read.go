@@ -51,7 +51,7 @@ func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.nc.Read(p)
 	c.filled = n == len(p)
 	c.input += int64(n)
-	c.hold(int64(n))
+	c.acct.hold(int64(n))
 	if err != nil && !deadline.IsZero() && errors.Is(err, os.ErrDeadlineExceeded) && !c.s.closing.Load() {
 		err = errRequestTimeout
 	}
@@ -129,7 +129,7 @@ func (c *conn) readRoomLocked() bool {
 	if c.answers.broken != nil {
 		return true
 	}
-	if c.hasRoom(0, c.answers.queuedLocked()) {
+	if c.acct.hasRoom(0, c.answers.queuedLocked()) {
 		return true
 	}
 	s := c.s
@@ -139,21 +139,21 @@ func (c *conn) readRoomLocked() bool {
 // idleRoomLocked reports whether the reader may read a new request. The caller holds
 // answers.mu.
 func (c *conn) idleRoomLocked() bool {
-	return c.answers.broken != nil || c.hasRoom(0, c.answers.queuedLocked())
+	return c.answers.broken != nil || c.acct.hasRoom(0, c.answers.queuedLocked())
 }
 
 // overOwnLocked reports whether c is past its own bound with answers to write. The caller
 // holds answers.mu.
 func (c *conn) overOwnLocked() bool {
 	b := c.s.MaxConnectionBytes
-	return b > 0 && c.answers.queuedLocked() && c.held.Load() > int64(b)
+	return b > 0 && c.answers.queuedLocked() && c.acct.held.Load() > int64(b)
 }
 
 // settleInput counts, after a request was decoded, only the input still buffered (the next
 // requests) as the connection's input: what the request took is now its task's, or gone.
 func (c *conn) settleInput() {
 	now := int64(c.buffered() + len(c.pending))
-	c.hold(now - c.input)
+	c.acct.hold(now - c.input)
 	c.input = now
 	c.reqSince = time.Time{}
 	if c.s.exempt.Load() == c && c.s.exempt.CompareAndSwap(c, nil) {

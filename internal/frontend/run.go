@@ -121,5 +121,5 @@ func (c *conn) startRun() {
 // bound. (A multi-key get is answered in parts instead, see stream.)
 func (c *conn) answerFits(keys int) bool {
 	b := c.s.MaxConnectionBytes
-	return b <= 0 || keys+1 <= c.s.maxUnknownKeys() && int64(keys+1)*c.perKey.Load() <= int64(b)
+	return b <= 0 || keys+1 <= c.s.maxUnknownKeys() && int64(keys+1)*c.acct.perKey.Load() <= int64(b)
 }

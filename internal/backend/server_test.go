@@ -286,8 +286,8 @@ func TestTimeoutLateAnswerDropped(t *testing.T) {
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("slow get: err %v, want timeout", err)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("timeout took %v", d)
+	if d := time.Since(start); d > 10*time.Second { // a hang, not a slow machine
+		t.Errorf("a timeout of 100ms took %v", d)
 	}
 	close(release)
 	// The late "slow" answer reaches the connection first; this caller must get "fast".
@@ -306,14 +306,15 @@ func TestBrokenConnectionFailsInFlight(t *testing.T) {
 		}
 		return &protocol.Response{Value: []byte("ok")}, 0, false
 	})
-	s := newServer(t, f.ln.Addr().String(), Options{Connections: 1, Timeout: 5 * time.Second, RetryMin: 10 * time.Millisecond})
+	const timeout = 30 * time.Second
+	s := newServer(t, f.ln.Addr().String(), Options{Connections: 1, Timeout: timeout, RetryMin: 10 * time.Millisecond})
 	start := time.Now()
 	_, err := getKey(t, s, "a")
 	if err == nil {
 		t.Fatal("get on a connection the server closed succeeded")
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("failing took %v; the timeout is 5s, a broken connection must fail at once", d)
+	if d := time.Since(start); d >= timeout || errors.Is(err, ErrTimeout) {
+		t.Errorf("failing took %v (%v); a broken connection must fail it, not its timeout of %v", d, err, timeout)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -334,15 +335,16 @@ func TestBrokenConnectionFailsInFlight(t *testing.T) {
 // TestRefusedFailsFast: nothing listens; requests fail without waiting for their timeout.
 func TestRefusedFailsFast(t *testing.T) {
 	addr := memcachedtest.FreeAddr(t)
-	s := newServer(t, addr, Options{Connections: 2, Timeout: 2 * time.Second})
+	const timeout = 30 * time.Second
+	s := newServer(t, addr, Options{Connections: 2, Timeout: timeout})
 	for range 3 {
 		start := time.Now()
 		_, err := getKey(t, s, "a")
 		if err == nil {
 			t.Fatal("get to a refusing address succeeded")
 		}
-		if d := time.Since(start); d > time.Second {
-			t.Fatalf("refused get took %v (timeout 2s): %v", d, err)
+		if d := time.Since(start); d >= timeout || errors.Is(err, ErrTimeout) {
+			t.Fatalf("refused get took %v (timeout %v): %v", d, timeout, err)
 		}
 	}
 }

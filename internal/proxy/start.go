@@ -133,6 +133,8 @@ func startable(t *topology.Topology, reqs []protocol.Request) (pl *pool.Pool, m 
 	for i := range reqs {
 		req := &reqs[i]
 		switch {
+		case !req.Op.IsWrite() && !req.Op.IsMeta() && !req.Op.IsRetrieval(): // no key: flush_all, stats, version…
+			return nil, nil, false
 		case req.Op == protocol.OpGat || req.Op == protocol.OpGats, req.Op == protocol.OpMetaNoop, inBackground(t, req):
 			return nil, nil, false
 		case req.Op.IsRetrieval():

@@ -9,7 +9,6 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/moxi-proxy/moxi/internal/auth"
-	"github.com/moxi-proxy/moxi/internal/keyhash"
 )
 
 // Entry is a cached value. Value is owned by the cache and never modified: readers may
@@ -30,9 +29,10 @@ type Entry struct {
 //
 // A write must never be followed by a read of the value it replaced. The interleaving to
 // guard against: a read fetches v1 from memcached; a write of v2 is acknowledged and drops
-// the key; then the read, late, stores v1, which would be served for a whole TTL. So
-// every drop bumps the key's epoch, a read takes the epoch before it fetches, and Add
-// stores nothing if the epoch moved meanwhile.
+// the key; then the read, late, stores v1, which would be served for a whole TTL. So a
+// read takes the key's epoch in the process's guard of writes (Writes) before it fetches,
+// and Add stores nothing if a write of the key was in flight then, or began or ended
+// since; a flush_all (Purge) refuses what was fetched before it too.
 //
 // Expired entries are dropped when read or when the LRU needs room: the cache starts no
 // goroutine, so nothing outlives it (one is built per topology).
@@ -44,11 +44,27 @@ type Cache struct {
 	prefixes [][]byte
 	maxBytes int64
 	ttl      time.Duration
+	writes   Writes
 
 	mu     sync.Mutex                         // guards the fields below
 	lru    *simplelru.LRU[string, timedEntry] // by name (pool, NUL, key)
 	held   int64                              // bytes of the entries in lru
-	epochs [256]uint64                        // by stripe of the name
+	purges uint64                             // Purge calls
+}
+
+// Writes is the process's guard of writes by key (pool.Writes) as the cache consults it.
+type Writes interface {
+	// Epoch is key's epoch, taken without a lock before a read whose value may be cached.
+	Epoch(key []byte) uint64
+	// IfQuiet runs fn when no write of key was in flight at epoch e, and none began or
+	// ended since; a write that begins meanwhile waits for fn.
+	IfQuiet(key []byte, e uint64, fn func())
+}
+
+// Ticket is what a read takes before it fetches a value it may cache (Epoch), and gives Add.
+type Ticket struct {
+	write  uint64 // the key's epoch in Writes
+	purges uint64
 }
 
 // timedEntry is an entry, when it was added and what it counts against maxBytes: its key
@@ -60,9 +76,10 @@ type timedEntry struct {
 }
 
 // New returns a cache for keys starting with one of prefixes, holding at most maxItems
-// entries and maxBytes (> 0) of keys and values, each entry for at most ttl.
-func New(prefixes []string, maxItems, maxBytes int, ttl time.Duration) *Cache {
-	c := &Cache{maxBytes: int64(maxBytes), ttl: ttl}
+// entries and maxBytes (> 0) of keys and values, each entry for at most ttl, and filled
+// only where writes (the process's guard) allows.
+func New(prefixes []string, maxItems, maxBytes int, ttl time.Duration, writes Writes) *Cache {
+	c := &Cache{maxBytes: int64(maxBytes), ttl: ttl, writes: writes}
 	// The eviction callback runs under mu: every call that evicts holds it.
 	c.lru, _ = simplelru.NewLRU(max(maxItems, 1), func(_ string, e timedEntry) { c.held -= e.size })
 	for _, p := range prefixes {
@@ -103,26 +120,31 @@ func (c *Cache) Get(pool string, key []byte) (Entry, bool) {
 	return e.Entry, true
 }
 
-// Epoch is the epoch of key of pool, to be taken before fetching a value to Add.
-func (c *Cache) Epoch(pool string, key []byte) uint64 {
+// Epoch is the ticket of key, to be taken before fetching a value of it to Add.
+func (c *Cache) Epoch(key []byte) Ticket {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.epochs[stripe(pool, key)]
+	purges := c.purges
+	c.mu.Unlock()
+	return Ticket{write: c.writes.Epoch(key), purges: purges}
 }
 
-// Add caches a value of key of pool fetched after Epoch returned epoch, unless the key was
-// dropped since or the entry alone is larger than maxBytes; the least recently used
-// entries go to make room. The value is copied.
-func (c *Cache) Add(pool string, key []byte, e Entry, epoch uint64) {
+// Add caches a value of key of pool fetched after Epoch returned t, unless a write of the
+// key overlapped the fetch, or a Purge came since, or the entry alone is larger than
+// maxBytes; the least recently used entries go to make room. The value is copied.
+func (c *Cache) Add(pool string, key []byte, e Entry, t Ticket) {
 	size := int64(len(key) + len(e.Value))
 	if size > c.maxBytes {
 		return
 	}
 	e.Value = bytes.Clone(e.Value)
-	name := nameOf(pool, key)
+	c.writes.IfQuiet(key, t.write, func() { c.add(nameOf(pool, key), e, size, t.purges) })
+}
+
+// add is Add under the write guard.
+func (c *Cache) add(name string, e Entry, size int64, purges uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.epochs[stripe(pool, key)] != epoch {
+	if c.purges != purges {
 		return
 	}
 	// Replacing an entry does not call the eviction callback: remove it first, so that
@@ -138,11 +160,11 @@ func (c *Cache) Add(pool string, key []byte, e Entry, epoch uint64) {
 	}
 }
 
-// Drop forgets key of pool, and refuses values fetched for it before now.
+// Drop forgets key of pool. (What a read fetched before a write is refused by the write
+// guard, see Add.)
 func (c *Cache) Drop(pool string, key []byte) {
 	name := nameOf(pool, key)
 	c.mu.Lock()
-	c.epochs[stripe(pool, key)]++
 	c.lru.Remove(name)
 	c.mu.Unlock()
 }
@@ -168,15 +190,10 @@ func nameOf(pool string, key []byte) string {
 	return string(b)
 }
 
-// stripe spreads the names over the epochs.
-func stripe(pool string, key []byte) uint8 { return uint8(keyhash.In(pool, key)) }
-
 // Purge drops every entry, and refuses values fetched before now (after flush_all).
 func (c *Cache) Purge() {
 	c.mu.Lock()
-	for i := range c.epochs {
-		c.epochs[i]++
-	}
+	c.purges++
 	c.lru.Purge()
 	c.mu.Unlock()
 }

@@ -6,11 +6,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"go.uber.org/goleak"
 )
 
 func TestHotPrefixes(t *testing.T) {
-	c := New([]string{"cfg:", "hot:"}, 10, 1<<20, time.Second)
+	c := New([]string{"cfg:", "hot:"}, 10, 1<<20, time.Second, new(pool.Writes))
 	for key, want := range map[string]bool{"cfg:a": true, "hot:": true, "cold:a": false, "cf": false} {
 		if got := c.Hot([]byte(key)); got != want {
 			t.Errorf("Hot(%q) = %v", key, got)
@@ -23,9 +24,9 @@ func TestHotPrefixes(t *testing.T) {
 }
 
 func TestAddGetDrop(t *testing.T) {
-	c := New([]string{"hot:"}, 10, 1<<20, time.Minute)
+	c := New([]string{"hot:"}, 10, 1<<20, time.Minute, new(pool.Writes))
 	val := []byte("v1")
-	c.Add("main", []byte("hot:a"), Entry{Value: val, Flags: 3, Cas: 9}, c.Epoch("main", []byte("hot:a")))
+	c.Add("main", []byte("hot:a"), Entry{Value: val, Flags: 3, Cas: 9}, c.Epoch([]byte("hot:a")))
 	val[0] = 'X' // the cache copied it
 	e, ok := c.Get("main", []byte("hot:a"))
 	if !ok || string(e.Value) != "v1" || e.Flags != 3 || e.Cas != 9 {
@@ -37,12 +38,16 @@ func TestAddGetDrop(t *testing.T) {
 	}
 }
 
-// TestLateAddAfterDropRefused is the interleaving the epoch exists for: a read takes the
-// epoch and fetches; a write drops the key; the read's late Add must store nothing.
+// TestLateAddAfterDropRefused is the interleaving the write guard exists for: a read takes
+// the key's ticket and fetches; a write begins, drops the key and ends; the read's late
+// Add must store nothing. (So must one whose fetch a write overlaps, or a flush_all.)
 func TestLateAddAfterDropRefused(t *testing.T) {
-	c := New([]string{"hot:"}, 10, 1<<20, time.Minute)
-	epoch := c.Epoch("main", []byte("hot:a"))
+	writes := new(pool.Writes)
+	c := New([]string{"hot:"}, 10, 1<<20, time.Minute, writes)
+	epoch := c.Epoch([]byte("hot:a"))
+	writes.Begin([]byte("hot:a")) // the proxy's write: begun, dropped, answered, ended
 	c.Drop("main", []byte("hot:a"))
+	writes.End([]byte("hot:a"))
 	c.Add("main", []byte("hot:a"), Entry{Value: []byte("stale")}, epoch)
 	if e, ok := c.Get("main", []byte("hot:a")); ok {
 		t.Fatalf("a value fetched before the write is served after it: %q", e.Value)
@@ -51,9 +56,9 @@ func TestLateAddAfterDropRefused(t *testing.T) {
 
 func TestTTLAndBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := New([]string{"hot:"}, 2, 1<<20, 50*time.Millisecond)
+		c := New([]string{"hot:"}, 2, 1<<20, 50*time.Millisecond, new(pool.Writes))
 		for _, k := range []string{"hot:1", "hot:2", "hot:3"} {
-			c.Add("main", []byte(k), Entry{Value: []byte(k)}, c.Epoch("main", []byte(k)))
+			c.Add("main", []byte(k), Entry{Value: []byte(k)}, c.Epoch([]byte(k)))
 		}
 		if n := c.Len(); n != 2 {
 			t.Fatalf("%d entries with max_items 2", n)
@@ -79,13 +84,13 @@ func TestTTLAndBound(t *testing.T) {
 // default pools read and write "hot:a"): neither is served for the other, and dropping one
 // keeps the other.
 func TestPoolsApart(t *testing.T) {
-	c := New([]string{"hot:"}, 10, 1<<20, time.Minute)
+	c := New([]string{"hot:"}, 10, 1<<20, time.Minute, new(pool.Writes))
 	k := []byte("hot:a")
-	c.Add("main", k, Entry{Value: []byte("main's")}, c.Epoch("main", k))
+	c.Add("main", k, Entry{Value: []byte("main's")}, c.Epoch(k))
 	if _, ok := c.Get("spare", k); ok {
 		t.Fatal("spare's hot:a answered with main's entry")
 	}
-	c.Add("spare", k, Entry{Value: []byte("spare's")}, c.Epoch("spare", k))
+	c.Add("spare", k, Entry{Value: []byte("spare's")}, c.Epoch(k))
 	c.Drop("main", k)
 	if e, ok := c.Get("spare", k); !ok || string(e.Value) != "spare's" {
 		t.Fatalf("spare's entry after main's drop: %q %v", e.Value, ok)
@@ -99,8 +104,8 @@ func TestPoolsApart(t *testing.T) {
 // outlive a reload.
 func TestStartsNoGoroutine(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	c := New([]string{"hot:"}, 10, 1<<20, time.Millisecond)
-	c.Add("main", []byte("hot:a"), Entry{Value: []byte("v")}, 0)
+	c := New([]string{"hot:"}, 10, 1<<20, time.Millisecond, new(pool.Writes))
+	c.Add("main", []byte("hot:a"), Entry{Value: []byte("v")}, c.Epoch([]byte("hot:a")))
 }
 
 // TestByteBound: past max_bytes the least recently used entries go, whatever max_items
@@ -128,13 +133,13 @@ func TestByteBound(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := New([]string{"hot:"}, 100, maxBytes, time.Minute)
+			c := New([]string{"hot:"}, 100, maxBytes, time.Minute, new(pool.Writes))
 			for i, k := range tt.adds {
 				n := 20
 				if b, ok := tt.big[k]; ok {
 					n = b
 				}
-				c.Add("main", []byte(k), Entry{Value: make([]byte, n)}, c.Epoch("main", []byte(k)))
+				c.Add("main", []byte(k), Entry{Value: make([]byte, n)}, c.Epoch([]byte(k)))
 				if i == 3 {
 					for _, g := range tt.gets {
 						c.Get("main", []byte(g))
@@ -159,13 +164,38 @@ func TestByteBound(t *testing.T) {
 }
 
 func BenchmarkGetHit(b *testing.B) {
-	c := New([]string{"hot:"}, 100, 1<<20, time.Minute)
+	c := New([]string{"hot:"}, 100, 1<<20, time.Minute, new(pool.Writes))
 	key := []byte("hot:config")
-	c.Add("main", key, Entry{Value: make([]byte, 100)}, c.Epoch("main", key))
+	c.Add("main", key, Entry{Value: make([]byte, 100)}, c.Epoch(key))
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, ok := c.Get("main", key); !ok {
 			b.Fatal("miss")
 		}
+	}
+}
+
+// TestLateAddAfterPurgeRefused: a value fetched before a flush_all is not cached after it;
+// nor one whose fetch a write of its key overlaps.
+func TestLateAddAfterPurgeRefused(t *testing.T) {
+	writes := new(pool.Writes)
+	c := New([]string{"hot:"}, 10, 1<<20, time.Minute, writes)
+	k := []byte("hot:a")
+	ticket := c.Epoch(k)
+	c.Purge()
+	c.Add("main", k, Entry{Value: []byte("stale")}, ticket)
+	if _, ok := c.Get("main", k); ok {
+		t.Error("a value fetched before a flush_all is served after it")
+	}
+	writes.Begin(k)
+	ticket = c.Epoch(k) // taken while the write is in flight
+	writes.End(k)
+	c.Add("main", k, Entry{Value: []byte("either")}, ticket)
+	if _, ok := c.Get("main", k); ok {
+		t.Error("a value whose fetch a write overlapped was cached")
+	}
+	c.Add("main", k, Entry{Value: []byte("fresh")}, c.Epoch(k))
+	if e, ok := c.Get("main", k); !ok || string(e.Value) != "fresh" {
+		t.Error("a value fetched with no write about was not cached")
 	}
 }

@@ -63,7 +63,7 @@ type Options struct {
 	Replicas    int
 	WriteQuorum string              // one of WriteQuorums(); "" is QuorumAll
 	ReadFrom    string              // one of ReadFroms(); "" is ReadFirst
-	KeyLocks    *KeyLocks           // serialise writes by key; nil: the pool's own
+	Writes      *Writes             // the process's guard of writes by key (writes.go); nil: the pool's own
 	Background  *semaphore.Weighted // max_background_bytes of replica writes after their answer; nil: none
 	Repaired    func()              // called for each copy a read makes to a replica that missed
 }
@@ -125,8 +125,8 @@ func New(name string, opts Options, members []Member) (*Pool, error) {
 	}
 	p.picker = pk
 	if p.Replicas() > 1 {
-		if p.opts.KeyLocks == nil {
-			p.opts.KeyLocks = new(KeyLocks)
+		if p.opts.Writes == nil {
+			p.opts.Writes = new(Writes)
 		}
 		p.composeReplicas()
 	} else {

@@ -6,11 +6,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/moxi-proxy/moxi/internal/bgqueue"
 	"github.com/moxi-proxy/moxi/internal/itemcopy"
-	"github.com/moxi-proxy/moxi/internal/keyhash"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
@@ -31,7 +29,7 @@ import (
 //     after misses is copied to the replicas that missed it with add and its remaining TTL.
 //     gets, gats and mg with c read the first replica only: each server numbers its own cas.
 //
-// Writes of one key are serialised within the process (KeyLocks), from their first send to
+// Writes of one key are serialised within the process (Writes), from their first send to
 // their last answer: concurrent writes then reach every replica in the same order, and a
 // read's copy is made only if no write of its key's stripe began since the read did.
 
@@ -50,56 +48,6 @@ func WriteQuorums() []string { return []string{QuorumAll, QuorumMajority, Quorum
 
 // ReadFroms are the names read_from takes.
 func ReadFroms() []string { return []string{ReadFirst, ReadRandom} }
-
-// KeyLocks serialise the writes of a replicated pool by key stripe; one per process, so
-// that writes of the topologies before and after a reload are serialised too. Two keys that
-// share a stripe wait for each other (and a read for a write of the other), so there are
-// many: with 1,024, 8 clients' concurrent sets of distinct keys met about 0.7 % of the time,
-// each then waiting a whole replicated write, and their p99 at 8,000 sets/s was 1.85–1.90×
-// a plain pool's (BenchmarkReplicaWrites); with 65,536, 1.32–1.37×. 16 bytes each: 1 MiB.
-type KeyLocks struct{ stripes [keyLockStripes]keyLock }
-
-const keyLockStripes = 1 << 16
-
-// Of is key's stripe.
-func (k *KeyLocks) Of(key []byte) *keyLock { return &k.stripes[keyhash.Stripe(key, keyLockStripes)] }
-
-type keyLock struct {
-	mu    sync.Mutex
-	epoch atomic.Uint64 // counts up when a write begins and when it ends, under mu
-}
-
-// lock begins a write of key; the function it returns ends it.
-func (k *KeyLocks) lock(key []byte) func() {
-	l := k.Of(key)
-	l.mu.Lock()
-	l.epoch.Add(1)
-	return func() { l.epoch.Add(1); l.mu.Unlock() }
-}
-
-// ifQuiet runs fn under key's stripe lock if no write of the stripe began since epoch.
-func (k *KeyLocks) ifQuiet(key []byte, epoch uint64, fn func()) {
-	l := k.Of(key)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.epoch.Load() == epoch {
-		fn()
-	}
-}
-
-// settled is key's stripe's count of writes begun and ended, once no write of the stripe
-// runs: a read waits for the write of its key in flight, so that it never answers what the
-// write replaced after a replica acknowledged it (an early answer, write_quorum one or
-// majority, leaves other replicas to take it after).
-func (k *KeyLocks) settled(key []byte) uint64 {
-	l := k.Of(key)
-	if e := l.epoch.Load(); e%2 == 0 {
-		return e
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.epoch.Load()
-}
 
 // replicaSet is the members that hold a key, in ring order.
 type replicaSet struct {
@@ -212,8 +160,8 @@ func (r *replica) startWrite(ctx context.Context, order *turn.Turn, reqs []proto
 	}
 	p := r.pool
 	req := &reqs[0]
-	l := p.opts.KeyLocks.Of(req.Key)
-	if !l.mu.TryLock() {
+	unlock, ok := p.opts.Writes.tryLock(req.Key)
+	if !ok {
 		return false
 	}
 	set := p.replicasOf(req.Key)
@@ -227,16 +175,15 @@ func (r *replica) startWrite(ctx context.Context, order *turn.Turn, reqs []proto
 		n++
 	}
 	if n == 0 {
-		l.mu.Unlock()
+		unlock()
 		return false // answered by write, which remembers the away replicas
 	}
-	l.epoch.Add(1)
 	for _, i := range set.idx[:set.n] {
 		if !slices.Contains(targets[:n], i) {
 			p.opts.StandIns.away(p.members[i].Base, p.name, p.members[i].Name, req.Key)
 		}
 	}
-	f, req := r.newFan(req, targets[:n], func() { l.epoch.Add(1); l.mu.Unlock() })
+	f, req := r.newFan(req, targets[:n], unlock)
 	f.answer = func(resp protocol.Response, err error) { resps[0], errs[0] = resp, err; done() }
 	f.closed = true // the replicas may answer before the request's turn is given on (open)
 	// The request's one dispatch is once every send is on its way (or on a goroutine of
@@ -452,7 +399,7 @@ func decided(req *protocol.Request) bool {
 // write sends a write to key's replicas (see Replication above).
 func (r *replica) write(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
 	p := r.pool
-	unlock := p.opts.KeyLocks.lock(req.Key)
+	unlock := p.opts.Writes.lock(req.Key)
 	set := p.replicasOf(req.Key)
 	var targets [MaxReplicas]int
 	n := 0
@@ -590,7 +537,7 @@ func (r *replica) read(ctx context.Context, order *turn.Turn, req *protocol.Requ
 	var lastErr error
 	for k, key := range req.Keys {
 		orders[k] = r.readOrder(key, firstOnly)
-		epochs[k] = p.opts.KeyLocks.settled(key)
+		epochs[k] = p.opts.Writes.settled(key)
 		if orders[k].n == 0 {
 			lastErr = errNoReplica
 			continue
@@ -701,7 +648,7 @@ func (r *replica) metaGet(ctx context.Context, order *turn.Turn, req *protocol.R
 		order.Dispatched()
 		return errNoReplica
 	}
-	epoch := p.opts.KeyLocks.settled(req.Key)
+	epoch := p.opts.Writes.settled(req.Key)
 	turnOf := order
 	var missed []int
 	var err error
@@ -752,7 +699,7 @@ func (r *replica) repair(ctx context.Context, order *turn.Turn, key []byte, from
 		}
 	}
 	add := itemcopy.Store(protocol.OpAdd, key, &it, exptime)
-	p.opts.KeyLocks.ifQuiet(key, epoch, func() {
+	p.opts.Writes.IfQuiet(key, epoch, func() {
 		for _, i := range missed {
 			var one [1]protocol.Response
 			if err := Do(ctx, r.direct[i], order, &add, one[:]); err == nil && one[0].Status == protocol.StatusOK {

@@ -57,7 +57,7 @@ type Proxy struct {
 	metrics *metrics
 
 	features *route.Shared                  // shared with the topologies' composed servers
-	writes   *route.Writes                  // writes in flight, which end sharing for their keys: features.Writes
+	writes   *pool.Writes                   // writes in flight, which end sharing for their keys: features.Writes
 	flights  dedup.Group[protocol.Response] // get/gets in flight, for dedup
 	queue    *fireforget.Queue              // fire-and-forget writes
 }

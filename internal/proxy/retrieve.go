@@ -68,7 +68,7 @@ func (p *Proxy) retrieveShared(ctx context.Context, order *turn.Turn, t *topolog
 		space  string                           // the key's pool
 		flight *dedup.Flight[protocol.Response] // nil without dedup
 		hot    bool
-		epoch  uint64
+		epoch  hotcache.Ticket
 	}
 	type follow struct {
 		i      int
@@ -112,22 +112,22 @@ func (p *Proxy) retrieveShared(ctx context.Context, order *turn.Turn, t *topolog
 // hotLookup answers key k of the pool named space from the hot cache into r (hit). For a
 // hot key it missed, it returns the epoch that publish needs to cache what the fetch
 // brings.
-func (p *Proxy) hotLookup(t *topology.Topology, space string, k []byte, r *protocol.Response) (hit, hot bool, epoch uint64) {
+func (p *Proxy) hotLookup(t *topology.Topology, space string, k []byte, r *protocol.Response) (hit, hot bool, epoch hotcache.Ticket) {
 	if !t.Hot.Hot(k) {
-		return false, false, 0
+		return false, false, hotcache.Ticket{}
 	}
 	if e, ok := t.Hot.Get(space, k); ok {
 		*r = protocol.Response{Key: k, Value: e.Value, Flags: e.Flags, Cas: e.Cas}
 		p.metrics.hotHits.Inc()
-		return true, true, 0
+		return true, true, hotcache.Ticket{}
 	}
 	p.metrics.hotMisses.Inc()
-	return false, true, t.Hot.Epoch(space, k)
+	return false, true, t.Hot.Epoch(k)
 }
 
 // publish caches a leader's answer for a hot key k of the pool named space and hands it to
 // the flight's followers.
-func (p *Proxy) publish(t *topology.Topology, space string, k []byte, r *protocol.Response, hot bool, epoch uint64, f *dedup.Flight[protocol.Response]) {
+func (p *Proxy) publish(t *topology.Topology, space string, k []byte, r *protocol.Response, hot bool, epoch hotcache.Ticket, f *dedup.Flight[protocol.Response]) {
 	if hot && r.Status == protocol.StatusOK {
 		t.Hot.Add(space, k, hotcache.Entry{Value: r.Value, Flags: r.Flags, Cas: r.Cas}, epoch)
 	}

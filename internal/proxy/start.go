@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/dedup"
+	"github.com/moxi-proxy/moxi/internal/hotcache"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
@@ -251,7 +252,7 @@ func (r *startedRun) fetchAndFollow() {
 	p.fetch(r.ctx, r.order, r.t, req, r.resps, idx)
 	for _, i := range idx {
 		if f := r.flights[i]; f != nil {
-			p.publish(r.t, r.space(req.Keys[i]), req.Keys[i], &r.resps[i], false, 0, f)
+			p.publish(r.t, r.space(req.Keys[i]), req.Keys[i], &r.resps[i], false, hotcache.Ticket{}, f)
 		}
 	}
 	for _, i := range r.follows {
@@ -313,7 +314,7 @@ func (r *startedRun) end() {
 		if f != nil {
 			k := r.reqs[0].Keys[i]
 			r.resps[i].Key = k
-			p.publish(t, r.space(k), k, &r.resps[i], false, 0, f)
+			p.publish(t, r.space(k), k, &r.resps[i], false, hotcache.Ticket{}, f)
 		}
 	}
 	if r.many {

@@ -32,9 +32,10 @@ type Options struct {
 // background queues and their byte budget, the counters, and the writes in flight, which
 // make warm-up copies safe across reloads (warmup.go).
 type Shared struct {
-	// Writes counts the writes in flight by key. The proxy begins and ends every write in
-	// it, before and after its server's answer; warm-up reads it.
-	Writes Writes
+	// Writes is the process's guard of writes by key (pool.Writes). The proxy begins and
+	// ends every write in it, before and after its server's answer; warm-up copies and
+	// replicated pools (topology.Builder passes it on) read it.
+	Writes pool.Writes
 
 	// Backup counts the backup reads and copies; "stats reset" zeroes it.
 	Backup      BackupCounters

@@ -24,9 +24,9 @@ import (
 //     or a miss. R never answers a value older than W.
 //   - W acknowledged while R is between its read of OTHER and its add: the add must not
 //     land, or it would revert W (W a delete, or W's value since evicted) for every later
-//     reader. So every write counts itself in its key's stripe (Writes: Begin, End),
+//     reader. So every write counts itself in its key's stripe (pool.Writes: Begin, End),
 //     R notes the stripe's epoch before its first read, and R adds only under the stripe's
-//     lock and only when no write of the stripe began or ended since (Writes.ifQuiet). A write that
+//     lock and only when no write of the stripe began or ended since (pool.Writes.IfQuiet). A write that
 //     begins after R's check waits for R's add to finish, then overwrites or deletes it.
 //   - R's own answer when W overlaps R: either value is a correct answer for requests that
 //     overlap; when the add was refused, R reads this pool again and answers what it holds.
@@ -108,7 +108,7 @@ func (w *warmUp) do(ctx context.Context, order *turn.Turn, req *protocol.Request
 	case req.Op.IsRetrieval():
 		epochs := make([]uint64, len(req.Keys))
 		for i, k := range req.Keys {
-			epochs[i] = w.s.Writes.epoch(k) // before the read: see the interleavings above
+			epochs[i] = w.s.Writes.Epoch(k) // before the read: see the interleavings above
 		}
 		if err := pool.Do(ctx, w.inner, order, req, resps); err != nil {
 			return err
@@ -116,7 +116,7 @@ func (w *warmUp) do(ctx context.Context, order *turn.Turn, req *protocol.Request
 		w.warmUp(ctx, order.After(), req, resps, epochs)
 		return nil
 	case req.Op == protocol.OpMetaGet && !req.Meta.Vivify: // an mg with N made the item on its miss: that is its answer
-		epoch := w.s.Writes.epoch(req.Key)
+		epoch := w.s.Writes.Epoch(req.Key)
 		err := pool.Do(ctx, w.inner, order, req, resps)
 		if err == nil && resps[0].Meta.Code == protocol.MetaEN && !w.s.warmSkip.has(req.Key) {
 			w.warmMeta(ctx, order.After(), req, resps, epoch)
@@ -209,7 +209,7 @@ func (w *warmUp) warmUp(ctx context.Context, order *turn.Turn, req *protocol.Req
 // the interleavings above). stored reports an add that stored; a refused copy or an add
 // that found the key reports false and no error.
 func (w *warmUp) copyIn(ctx context.Context, order *turn.Turn, k []byte, it *itemcopy.Item, exptime int64, epoch uint64) (stored bool, err error) {
-	w.s.Writes.ifQuiet(k, epoch, func() {
+	w.s.Writes.IfQuiet(k, epoch, func() {
 		add := itemcopy.Store(protocol.OpAdd, k, it, exptime)
 		var resp [1]protocol.Response
 		if err = pool.Do(ctx, w.inner, order, &add, resp[:]); err == nil {

@@ -43,7 +43,6 @@ type Builder struct {
 
 	mu         sync.Mutex
 	standIns   *pool.StandIns                      // shared by every pool built; made by the first Build
-	keyLocks   pool.KeyLocks                       // replicated pools' writes by key, across reloads
 	running    map[serverKey]pool.Server           // the servers of the committed topology
 	migrations map[migrationKey]*migrate.Migration // its migrations
 	placements map[string]placement                // its pools' key placements, by pool name (reshard.go)
@@ -132,7 +131,7 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 			Replicas:     pc.Replicas,
 			WriteQuorum:  pc.WriteQuorum,
 			ReadFrom:     pc.ReadFrom,
-			KeyLocks:     &b.keyLocks,
+			Writes:       &b.Features.Writes,
 			Background:   b.Features.Background(),
 			Repaired:     b.Features.ReplicaRepaired(pc.Name),
 		}, b.members(pd, cfg, pc))
@@ -165,7 +164,7 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	t.Dedup, t.NoFlushAll = cfg.Dedup, !cfg.Limits.AllowFlushAll
 	t.Namespaced = cfg.Auth != nil && cfg.Auth.Namespaces
 	if len(cfg.HotCache.Prefixes) > 0 {
-		t.Hot = hotcache.New(cfg.HotCache.Prefixes, cfg.HotCache.MaxItems, cfg.HotCache.MaxBytes, cfg.HotCache.TTL)
+		t.Hot = hotcache.New(cfg.HotCache.Prefixes, cfg.HotCache.MaxItems, cfg.HotCache.MaxBytes, cfg.HotCache.TTL, &b.Features.Writes)
 		t.Hot.Namespaced = t.Namespaced
 	}
 	for _, prefix := range cfg.FireAndForget.Prefixes {

@@ -24,18 +24,28 @@ func (s *Store) handleSet(req *protocol.Request, r *protocol.Response, now int64
 	s.store(req, s.lookup(req.Key, now), r, now)
 }
 
+// beginStore counts a storage command and finds the item it would replace: ok false when
+// the value can never fit, answered StatusTooLarge.
+func (s *Store) beginStore(req *protocol.Request, r *protocol.Response, now int64) (it *item, ok bool) {
+	s.stats.cmdSet++
+	if !s.fitsFlags(len(req.Key), len(req.Value), req.Flags) {
+		r.Status = protocol.StatusTooLarge
+		return nil, false
+	}
+	return s.lookup(req.Key, now), true
+}
+
 func (s *Store) handleAdd(req *protocol.Request, r *protocol.Response, now int64) {
 	if req.Cas != 0 {
 		// A binary add with a cas is a cas, as in memcached's process_bin_update.
 		s.handleCas(req, r, now)
 		return
 	}
-	s.stats.cmdSet++
-	if !s.fitsFlags(len(req.Key), len(req.Value), req.Flags) {
-		r.Status = protocol.StatusTooLarge
+	it, ok := s.beginStore(req, r, now)
+	if !ok {
 		return
 	}
-	if it := s.lookup(req.Key, now); it != nil {
+	if it != nil {
 		// A failed add still counts as a use of the item, as memcached's does.
 		s.update(it)
 		r.Status = notStored(req, protocol.StatusExists)
@@ -49,12 +59,10 @@ func (s *Store) handleReplace(req *protocol.Request, r *protocol.Response, now i
 		s.handleCas(req, r, now)
 		return
 	}
-	s.stats.cmdSet++
-	if !s.fitsFlags(len(req.Key), len(req.Value), req.Flags) {
-		r.Status = protocol.StatusTooLarge
+	it, ok := s.beginStore(req, r, now)
+	if !ok {
 		return
 	}
-	it := s.lookup(req.Key, now)
 	if it == nil {
 		r.Status = notStored(req, protocol.StatusNotFound)
 		return
@@ -65,12 +73,10 @@ func (s *Store) handleReplace(req *protocol.Request, r *protocol.Response, now i
 // handleCas stores only over an item whose cas unique is req.Cas. A zero req.Cas matches
 // nothing, as in memcached.
 func (s *Store) handleCas(req *protocol.Request, r *protocol.Response, now int64) {
-	s.stats.cmdSet++
-	if !s.fitsFlags(len(req.Key), len(req.Value), req.Flags) {
-		r.Status = protocol.StatusTooLarge
+	it, ok := s.beginStore(req, r, now)
+	if !ok {
 		return
 	}
-	it := s.lookup(req.Key, now)
 	switch {
 	case it == nil:
 		s.stats.casMisses++
@@ -86,12 +92,10 @@ func (s *Store) handleCas(req *protocol.Request, r *protocol.Response, now int64
 
 // handleConcat appends or prepends to an existing value, keeping its flags and exptime.
 func (s *Store) handleConcat(req *protocol.Request, r *protocol.Response, now int64) {
-	s.stats.cmdSet++
-	if !s.fitsFlags(len(req.Key), len(req.Value), req.Flags) {
-		r.Status = protocol.StatusTooLarge
+	it, ok := s.beginStore(req, r, now)
+	if !ok {
 		return
 	}
-	it := s.lookup(req.Key, now)
 	switch {
 	case it == nil:
 		// Even with a cas, memcached answers NOT_STORED here (binary too), not NOT_FOUND.

@@ -112,7 +112,12 @@ func (p *Part) Place(out []protocol.Response) {
 // calls done once all are answered. order is split among them (turn.Turn.Split): the
 // connection's next request waits until every part is on its way.
 func StartParts(ctx context.Context, order *turn.Turn, parts []Part, done func()) {
-	if len(parts) == 1 {
+	switch len(parts) {
+	case 0: // nothing to send (a run of fire-and-forget writes, queued already)
+		order.Dispatched()
+		done()
+		return
+	case 1:
 		p := &parts[0]
 		p.Server.Start(ctx, order, p.Reqs, p.Resps, p.Errs, done)
 		return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moxi-proxy/moxi/internal/memstore"
 	"github.com/moxi-proxy/moxi/internal/pool"
@@ -323,4 +324,38 @@ func TestBackendError(t *testing.T) {
 			t.Errorf("flush_all: %+v", r[0])
 		}
 	})
+}
+
+// TestRunOfFireAndForgetWrites: a pipelined run of fire-and-forget writes alone (no share
+// for any server) is answered at once, its turn given on, and the writes land.
+func TestRunOfFireAndForgetWrites(t *testing.T) {
+	pl := newPool(t, "main", 2)
+	p := proxy.New(&topology.Topology{Pools: []*pool.Pool{pl}, Default: pl, FireAndForget: [][]byte{[]byte("ff:")}}, proxy.Options{})
+	defer func() { _ = p.Close(context.Background()) }()
+	reqs := []protocol.Request{
+		{Op: protocol.OpSet, Key: []byte("ff:a"), Value: []byte("1")},
+		{Op: protocol.OpSet, Key: []byte("ff:b"), Value: []byte("2")},
+	}
+	var order turn.Turn
+	turn.NewChain(0).Next(&order)
+	answered := make(chan []protocol.Response, 1)
+	go func() { answered <- p.Handle(context.Background(), &order, reqs, nil) }()
+	select {
+	case resps := <-answered:
+		if len(resps) != 2 || resps[0].Status != protocol.StatusOK || resps[1].Status != protocol.StatusOK {
+			t.Fatalf("answers %+v", resps)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a run of fire-and-forget writes was not answered")
+	}
+	if n := order.Dispatches(); n != 1 {
+		t.Errorf("the run's turn was dispatched %d times, want once", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for get(p, "ff:a")[0].Status != protocol.StatusOK || get(p, "ff:b")[0].Status != protocol.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("the fire-and-forget writes never landed")
+		}
+		time.Sleep(5 * time.Millisecond) // polling
+	}
 }

@@ -65,7 +65,9 @@ func (p *Proxy) start(ctx context.Context, order *turn.Turn, listener string, re
 	case r.many:
 		r.startKeys()
 	default:
-		r.startShares()
+		b := getWriteBatch()
+		b.group(t, reqs)
+		r.startShares(b)
 	}
 	return true
 }
@@ -80,10 +82,10 @@ func (r *startedRun) startKeys() {
 	pool.StartParts(r.ctx, r.order, r.parts, r.gatherFunc)
 }
 
-// startShares sends a run whose keys several members serve, each member its share.
-func (r *startedRun) startShares() {
-	r.batch = getWriteBatch()
-	r.batch.group(r.t, r.reqs)
+// startShares sends a run whose keys several members serve, each member its share of b,
+// the run grouped by member, which the run keeps until it ends.
+func (r *startedRun) startShares(b *writeBatch) {
+	r.batch = b
 	for s := range r.batch.shares {
 		r.batch.parts = append(r.batch.parts, r.batch.shares[s].part(r.reqs, r.resps))
 	}

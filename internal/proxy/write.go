@@ -70,8 +70,8 @@ func (p *Proxy) enqueue(ctx context.Context, req *protocol.Request) protocol.Res
 func (p *Proxy) run(ctx context.Context, order *turn.Turn, t *topology.Topology, reqs []protocol.Request, resps []protocol.Response) {
 	start := time.Now()
 	b := getWriteBatch()
-	defer putWriteBatch(b)
 	if !b.group(t, reqs) {
+		putWriteBatch(b)
 		each, done := order.Defer() // the turn is given on when the run is done
 		defer done()
 		for i := range reqs {
@@ -87,8 +87,15 @@ func (p *Proxy) run(ctx context.Context, order *turn.Turn, t *topology.Topology,
 			}
 		}
 	}
-	p.sendShares(ctx, order, b, reqs, resps)
-	p.endRun(t, reqs, resps, time.Since(start).Seconds())
+	// The rest as Start sends a run, this goroutine waiting for its end.
+	r := getStartedRun()
+	answered := make(chan struct{})
+	r.p, r.ctx, r.order, r.t, r.reqs, r.resps, r.begun, r.done = p, ctx, order, t, reqs, resps, start, func() { close(answered) }
+	for range reqs {
+		r.errs = append(r.errs, nil)
+	}
+	r.startShares(b)
+	<-answered
 }
 
 // endRun settles and counts a run's answers, which took seconds: each get's answer names
@@ -103,26 +110,6 @@ func (p *Proxy) endRun(t *topology.Topology, reqs []protocol.Request, resps []pr
 			p.endWrite(t, req.Key)
 		}
 		p.account(req, resps[i:i+1], seconds)
-	}
-}
-
-// sendShares sends each member its share of a run, all at once (pool.DoParts), and retries
-// the requests that got no answer one by one.
-func (p *Proxy) sendShares(ctx context.Context, order *turn.Turn, b *writeBatch, reqs []protocol.Request, resps []protocol.Response) {
-	b.parts = b.parts[:0]
-	for s := range b.shares {
-		b.parts = append(b.parts, b.shares[s].part(reqs, resps))
-	}
-	pool.DoParts(ctx, order, b.parts)
-	for s := range b.shares {
-		sh := &b.shares[s]
-		whole := len(sh.idx) == len(reqs) // answered in place
-		for j, i := range sh.idx {
-			if !whole {
-				resps[i] = sh.resps[j]
-			}
-			p.recover(ctx, order, sh.pool, runKey(&reqs[i]), &reqs[i], resps[i:i+1], sh.member, sh.errs[j])
-		}
 	}
 }
 

@@ -248,24 +248,14 @@ func TestWatchConfig(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "..v2", "moxi.yaml"), []byte(strings.Replace(conf(mcs[1].Addr), "watch_config: true", "watch_config: false", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	offTook := waitUntil(t, time.Now(), 20*time.Second, func() bool { return inService(mcs[1].Addr) }) // the watcher applies it, turning itself off
+	waitUntil(t, time.Now(), 20*time.Second, func() bool { return inService(mcs[1].Addr) }) // the watcher applies it, turning itself off
 	if err := os.WriteFile(filepath.Join(dir, "..v2", "moxi.yaml"), []byte(strings.Replace(conf(mcs[0].Addr), "watch_config: true", "watch_config: false", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The watcher is off: the edit must not be applied by it. Nothing moxi shows marks a
-	// look at the file, so wait as long as three looks, and at least twice as long as the
-	// watcher took to apply each of the three edits above on this machine: a watcher still
-	// on would have applied this one meanwhile.
-	quiet := max(3*watchPoll, 2*max(swapTook, editTook, offTook))
-	time.Sleep(quiet)
-	if inService(mcs[0].Addr) {
-		t.Fatalf("a file edit was applied with watch_config off (within %v)", quiet)
-	}
+	// The watcher is off: that it then applies no edit, however long it runs, is
+	// internal/reload's TestWatchOffAppliesNothing (on a fake clock); here the signal does.
 	if err := moxi.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, time.Now(), 20*time.Second, func() bool { return inService(mcs[0].Addr) })
 }
-
-// watchPoll is moxi's watch_config interval.
-const watchPoll = time.Second

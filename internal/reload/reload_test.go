@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -238,4 +239,25 @@ func TestReloadSummary(t *testing.T) {
 	if n := strings.Count(logs.String(), "next restart"); n != 1 {
 		t.Errorf("%d log lines say a restart is needed, want 1 (listen moved, not listen moved back):\n%s", n, logs.String())
 	}
+}
+
+// TestWatchOffAppliesNothing: with watch_config off the watcher applies no edit of the file,
+// however long it runs (ten of its intervals, on a fake clock), and a reload by another way
+// still applies it.
+func TestWatchOffAppliesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		off := func(n int) string { return shards(n) + "watch_config: false\n" }
+		h := newHarness(t, off(1))
+		h.watch()
+		h.write(off(2))
+		time.Sleep(10 * h.r.opts.Interval)
+		synctest.Wait()
+		if got := h.embedded(); got != 1 {
+			t.Fatalf("an edit was applied with watch_config off: %d shards", got)
+		}
+		h.stopWatching()
+		if _, err := h.r.Reload("test"); err != nil || h.embedded() != 2 {
+			t.Fatalf("a reload by another way: %v, %d shards", err, h.embedded())
+		}
+	})
 }

@@ -250,7 +250,7 @@ func TestWatchOffAppliesNothing(t *testing.T) {
 		h := newHarness(t, off(1))
 		h.watch()
 		h.write(off(2))
-		time.Sleep(10 * h.r.opts.Interval)
+		time.Sleep(10 * h.r.opts.Interval) // the bubble's fake clock: ten of the watcher's looks, at once
 		synctest.Wait()
 		if got := h.embedded(); got != 1 {
 			t.Fatalf("an edit was applied with watch_config off: %d shards", got)

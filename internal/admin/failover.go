@@ -1,15 +1,14 @@
 package admin
 
 import (
+	"github.com/moxi-proxy/moxi/internal/failover"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/moxi-proxy/moxi/internal/pool"
 )
 
 // StandInCollectors export what the process remembers of writes to stand-ins (see
-// pool.StandIns): the keys remembered now, against the bound, and the writes not
+// failover.StandIns): the keys remembered now, against the bound, and the writes not
 // remembered because it was reached.
-func StandInCollectors(s *pool.StandIns, max int) []prometheus.Collector {
+func StandInCollectors(s *failover.StandIns, max int) []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "moxi_failover_keys_remembered",

@@ -26,6 +26,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/replica"
 	"github.com/moxi-proxy/moxi/internal/tlsfiles"
 )
 
@@ -122,8 +123,8 @@ type Pool struct {
 	MigrateRate      int       // keys/s cap of a migration's background copy; 0 = unlimited
 
 	Replicas    int      // N > 1: each key lives on the N distinct servers that follow it (pool.Replicas)
-	WriteQuorum string   // with Replicas: one of pool.WriteQuorums(), the acknowledgements a write waits for
-	ReadFrom    string   // with Replicas: one of pool.ReadFroms(), the replica a read asks first
+	WriteQuorum string   // with Replicas: one of replica.WriteQuorums(), the acknowledgements a write waits for
+	ReadFrom    string   // with Replicas: one of replica.ReadFroms(), the replica a read asks first
 	TLS         *PoolTLS // TLS to the servers; nil: plaintext
 	SASL        *SASL    // the servers require SASL PLAIN (and so speak binary only); nil: they do not
 
@@ -304,8 +305,8 @@ func NewPool(name string) *Pool {
 		FailoverTTL:      defaultFailoverTTL,
 		EmbeddedMemoryMB: defaultEmbeddedMemoryMB,
 		Replicas:         1,
-		WriteQuorum:      pool.QuorumAll,
-		ReadFrom:         pool.ReadFirst,
+		WriteQuorum:      replica.QuorumAll,
+		ReadFrom:         replica.ReadFirst,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/hashkit"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/replica"
 )
 
 // Upper bounds that catch typos before they become memory: each knob below allocates in
@@ -380,8 +381,8 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml
 		"embedded_memory_mb": d.integer(&p.EmbeddedMemoryMB, 1, math.MaxInt),
 		"migrate_rate":       d.integer(&p.MigrateRate, 0, math.MaxInt),
 		"replicas":           d.integer(&p.Replicas, 1, pool.MaxReplicas),
-		"write_quorum":       d.oneOf(&p.WriteQuorum, "write_quorum", pool.WriteQuorums()),
-		"read_from":          d.oneOf(&p.ReadFrom, "read_from", pool.ReadFroms()),
+		"write_quorum":       d.oneOf(&p.WriteQuorum, "write_quorum", replica.WriteQuorums()),
+		"read_from":          d.oneOf(&p.ReadFrom, "read_from", replica.ReadFroms()),
 		"tls":                func(v *yaml.Node, path string) { p.TLS = d.poolTLS(v, path) },
 		"sasl":               func(v *yaml.Node, path string) { p.SASL = d.sasl(v, path) },
 		"warm_from":          d.str(&p.WarmFrom),

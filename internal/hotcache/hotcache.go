@@ -52,7 +52,7 @@ type Cache struct {
 	purges uint64                             // Purge calls
 }
 
-// Writes is the process's guard of writes by key (pool.Writes) as the cache consults it.
+// Writes is the process's guard of writes by key (writeguard.Guard) as the cache consults it.
 type Writes interface {
 	// Epoch is key's epoch, taken without a lock before a read whose value may be cached.
 	Epoch(key []byte) uint64

@@ -6,12 +6,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/writeguard"
 	"go.uber.org/goleak"
 )
 
 func TestHotPrefixes(t *testing.T) {
-	c := New([]string{"cfg:", "hot:"}, 10, 1<<20, time.Second, new(pool.Writes))
+	c := New([]string{"cfg:", "hot:"}, 10, 1<<20, time.Second, new(writeguard.Guard))
 	for key, want := range map[string]bool{"cfg:a": true, "hot:": true, "cold:a": false, "cf": false} {
 		if got := c.Hot([]byte(key)); got != want {
 			t.Errorf("Hot(%q) = %v", key, got)
@@ -24,7 +24,7 @@ func TestHotPrefixes(t *testing.T) {
 }
 
 func TestAddGetDrop(t *testing.T) {
-	c := New([]string{"hot:"}, 10, 1<<20, time.Minute, new(pool.Writes))
+	c := New([]string{"hot:"}, 10, 1<<20, time.Minute, new(writeguard.Guard))
 	val := []byte("v1")
 	c.Add("main", []byte("hot:a"), Entry{Value: val, Flags: 3, Cas: 9}, c.Epoch([]byte("hot:a")))
 	val[0] = 'X' // the cache copied it
@@ -42,7 +42,7 @@ func TestAddGetDrop(t *testing.T) {
 // the key's ticket and fetches; a write begins, drops the key and ends; the read's late
 // Add must store nothing. (So must one whose fetch a write overlaps, or a flush_all.)
 func TestLateAddAfterDropRefused(t *testing.T) {
-	writes := new(pool.Writes)
+	writes := new(writeguard.Guard)
 	c := New([]string{"hot:"}, 10, 1<<20, time.Minute, writes)
 	epoch := c.Epoch([]byte("hot:a"))
 	writes.Begin([]byte("hot:a")) // the proxy's write: begun, dropped, answered, ended
@@ -56,7 +56,7 @@ func TestLateAddAfterDropRefused(t *testing.T) {
 
 func TestTTLAndBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := New([]string{"hot:"}, 2, 1<<20, 50*time.Millisecond, new(pool.Writes))
+		c := New([]string{"hot:"}, 2, 1<<20, 50*time.Millisecond, new(writeguard.Guard))
 		for _, k := range []string{"hot:1", "hot:2", "hot:3"} {
 			c.Add("main", []byte(k), Entry{Value: []byte(k)}, c.Epoch([]byte(k)))
 		}
@@ -84,7 +84,7 @@ func TestTTLAndBound(t *testing.T) {
 // default pools read and write "hot:a"): neither is served for the other, and dropping one
 // keeps the other.
 func TestPoolsApart(t *testing.T) {
-	c := New([]string{"hot:"}, 10, 1<<20, time.Minute, new(pool.Writes))
+	c := New([]string{"hot:"}, 10, 1<<20, time.Minute, new(writeguard.Guard))
 	k := []byte("hot:a")
 	c.Add("main", k, Entry{Value: []byte("main's")}, c.Epoch(k))
 	if _, ok := c.Get("spare", k); ok {
@@ -104,7 +104,7 @@ func TestPoolsApart(t *testing.T) {
 // outlive a reload.
 func TestStartsNoGoroutine(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	c := New([]string{"hot:"}, 10, 1<<20, time.Millisecond, new(pool.Writes))
+	c := New([]string{"hot:"}, 10, 1<<20, time.Millisecond, new(writeguard.Guard))
 	c.Add("main", []byte("hot:a"), Entry{Value: []byte("v")}, c.Epoch([]byte("hot:a")))
 }
 
@@ -133,7 +133,7 @@ func TestByteBound(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := New([]string{"hot:"}, 100, maxBytes, time.Minute, new(pool.Writes))
+			c := New([]string{"hot:"}, 100, maxBytes, time.Minute, new(writeguard.Guard))
 			for i, k := range tt.adds {
 				n := 20
 				if b, ok := tt.big[k]; ok {
@@ -164,7 +164,7 @@ func TestByteBound(t *testing.T) {
 }
 
 func BenchmarkGetHit(b *testing.B) {
-	c := New([]string{"hot:"}, 100, 1<<20, time.Minute, new(pool.Writes))
+	c := New([]string{"hot:"}, 100, 1<<20, time.Minute, new(writeguard.Guard))
 	key := []byte("hot:config")
 	c.Add("main", key, Entry{Value: make([]byte, 100)}, c.Epoch(key))
 	b.ReportAllocs()
@@ -178,7 +178,7 @@ func BenchmarkGetHit(b *testing.B) {
 // TestLateAddAfterPurgeRefused: a value fetched before a flush_all is not cached after it;
 // nor one whose fetch a write of its key overlaps.
 func TestLateAddAfterPurgeRefused(t *testing.T) {
-	writes := new(pool.Writes)
+	writes := new(writeguard.Guard)
 	c := New([]string{"hot:"}, 10, 1<<20, time.Minute, writes)
 	k := []byte("hot:a")
 	ticket := c.Epoch(k)

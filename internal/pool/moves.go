@@ -68,7 +68,7 @@ func (p *Pool) PairedFrom(before *Pool, key []byte, to string) (string, bool) {
 	}
 	var from string
 	found := false
-	p.pairs(before, before.replicasOf(key), p.replicasOf(key), func(f, t *Member) {
+	p.pairs(before, before.ReplicaSetOf(key), p.ReplicaSetOf(key), func(f, t *Member) {
 		if !found && t.Addr == to {
 			from, found = f.Addr, true
 		}
@@ -79,9 +79,9 @@ func (p *Pool) PairedFrom(before *Pool, key []byte, to string) (string, bool) {
 // pairs calls visit(from, to) for each member of before in was, a key's replicas before,
 // that is not in is, its replicas in p (by name), with the member of p that takes its copy
 // over (see PairedFrom), unless both are at one address.
-func (p *Pool) pairs(before *Pool, was, is replicaSet, visit func(from, to *Member)) {
-	holds := func(pl *Pool, s *replicaSet, name string) bool {
-		for _, i := range s.idx[:s.n] {
+func (p *Pool) pairs(before *Pool, was, is ReplicaSet, visit func(from, to *Member)) {
+	holds := func(pl *Pool, s *ReplicaSet, name string) bool {
+		for _, i := range s.Idx[:s.N] {
 			if pl.members[i].Name == name {
 				return true
 			}
@@ -91,7 +91,7 @@ func (p *Pool) pairs(before *Pool, was, is replicaSet, visit func(from, to *Memb
 	var takers [MaxReplicas]int
 	n := 0
 	for _, new := range []bool{true, false} {
-		for _, i := range is.idx[:is.n] {
+		for _, i := range is.Idx[:is.N] {
 			if holds(before, &was, p.members[i].Name) != new {
 				takers[n] = i
 				n++
@@ -99,7 +99,7 @@ func (p *Pool) pairs(before *Pool, was, is replicaSet, visit func(from, to *Memb
 		}
 	}
 	g := 0
-	for _, i := range was.idx[:was.n] {
+	for _, i := range was.Idx[:was.N] {
 		from := &before.members[i]
 		if holds(p, &is, from.Name) {
 			continue

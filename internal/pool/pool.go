@@ -1,5 +1,7 @@
-// Package pool places a key on one server of a pool: the pool's hash function, then its
-// distribution (ketama, jump or modula) over the servers' names and weights.
+// Package pool places a key on one server of a pool (the pool's hash function, then its
+// distribution: ketama, jump or modula, over the servers' names and weights), and states
+// what a server is (Server: the one way to send requests, and its lifetimes). What a pool
+// does when a server fails is package failover's; replication is package replica's.
 package pool
 
 import (
@@ -7,9 +9,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
-
-	"golang.org/x/sync/semaphore"
 
 	"github.com/moxi-proxy/moxi/internal/hashkit"
 	"github.com/moxi-proxy/moxi/internal/ketama"
@@ -41,31 +40,28 @@ func SameServer(a, b *Member) bool {
 // Up reports whether the member's server is alive.
 func (m *Member) Up() bool { return m.Server.Up() }
 
-// Options are a pool's placement and failure rules.
+// Options are a pool's placement rules.
 type Options struct {
 	Distribution string // one of Distributions(); "" is DefaultDistribution
 	Hash         string // one of twemproxy's names (hashkit.Names); "" is DefaultHash
 	// HashTag is twemproxy's hash_tag: "" (the whole key is hashed) or two characters, the
 	// opening and closing ones of the part of a key that is hashed (see hashedPart).
 	HashTag string
-	// Failover sends a dead server's keys to another live server until it recovers:
+	// Failover places a dead server's keys on another live server until it recovers:
 	// ketama the next point of a live server, jump a rehash, modula the next live slot.
 	Failover bool
-	// FailoverTTL caps the expiry of writes that land on a stand-in (see standInExptime).
-	FailoverTTL time.Duration
-	// StandIns remembers the keys written to stand-ins (see standIn); nil = nothing is
-	// remembered, and a server serves again as soon as it is up.
-	StandIns *StandIns
 	Retries  int // further attempts after a timeout or connection error
+	// Replicas > 1 places each key on that many members (ReplicaSetOf); package replica
+	// sends its requests to them.
+	Replicas int
+	// Debts are the servers that owe a cleanup before they serve their keys again (package
+	// failover's StandIns); nil: none ever does.
+	Debts Debts
+}
 
-	// Replicas > 1 keeps each key on that many members (replicas.go); failover then
-	// composes no stand-ins: a key's other replicas stand in for a dead one.
-	Replicas    int
-	WriteQuorum string              // one of WriteQuorums(); "" is QuorumAll
-	ReadFrom    string              // one of ReadFroms(); "" is ReadFirst
-	Writes      *Writes             // the process's guard of writes by key (writes.go); nil: the pool's own
-	Background  *semaphore.Weighted // max_background_bytes of replica writes after their answer; nil: none
-	Repaired    func()              // called for each copy a read makes to a replica that missed
+// Debts tells which servers owe a cleanup: a pool places their keys as if they were dead.
+type Debts interface {
+	Owes(base Server) bool
 }
 
 // picker maps a key hash to the index of the member that owns it, or that takes its keys
@@ -83,14 +79,11 @@ type Pool struct {
 	members []Member
 	hash    hashkit.Func
 	picker  picker
-	alive   func(member int) bool // members[i].Up, made once so that lookups do not allocate
-	// placed is each member's server as the pool composed it (stand-in, replica), under
-	// whatever a topology composes around it later (package route's features): where a
-	// request the pool places anew goes, so that it passes those features once, not twice.
-	placed []Server
+	alive   func(member int) bool // Serving, made once so that lookups do not allocate
 }
 
-// New builds the pool name over members, which it keeps.
+// New builds the pool name over members, which it keeps: whoever composes their servers
+// (package topology) may change Member.Server in place until the pool is in service.
 func New(name string, opts Options, members []Member) (*Pool, error) {
 	if len(members) == 0 {
 		return nil, fmt.Errorf("pool %s: no servers", name)
@@ -118,24 +111,12 @@ func New(name string, opts Options, members []Member) (*Pool, error) {
 		return nil, fmt.Errorf("pool %s: hash_tag %q: want two characters", name, opts.HashTag)
 	}
 	p := &Pool{name: name, opts: opts, members: members, hash: h}
-	p.alive = p.serving
+	p.alive = p.Serving
 	pk, err := newPicker(opts.Distribution, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", name, err)
 	}
 	p.picker = pk
-	if p.Replicas() > 1 {
-		if p.opts.Writes == nil {
-			p.opts.Writes = new(Writes)
-		}
-		p.composeReplicas()
-	} else {
-		p.composeStandIns()
-	}
-	p.placed = make([]Server, len(members))
-	for i := range members {
-		p.placed[i] = members[i].Server
-	}
 	return p, nil
 }
 
@@ -160,7 +141,7 @@ func (p *Pool) locate(key []byte) (i, owner int) {
 	if p.Replicas() > 1 {
 		return p.firstServing(key), owner
 	}
-	if !p.opts.Failover || p.serving(owner) {
+	if !p.opts.Failover || p.Serving(owner) {
 		return owner, owner
 	}
 	if live := p.picker.PickLive(h, p.alive); live >= 0 {
@@ -204,33 +185,10 @@ func hashedPart(key []byte, open, close byte) []byte {
 	return key[start+1 : start+1+end]
 }
 
-// serving reports whether member i serves its keys: up, and owing its stand-ins no
-// cleanup (which StandIns starts once it is up).
-func (p *Pool) serving(i int) bool {
+// Serving reports whether member i serves its keys: up, and owing no cleanup (Debts).
+func (p *Pool) Serving(i int) bool {
 	m := &p.members[i]
-	return m.Up() && !p.opts.StandIns.owes(m.Base)
-}
-
-// standInExptime is the expiry a write with exptime gets on a stand-in: at most
-// failover_ttl from now, with memcached's rules (0 never expires, up to 30 days is
-// relative, more is a unix time, negative has expired).
-func (p *Pool) standInExptime(exptime int64) int64 {
-	limit := int64((p.opts.FailoverTTL + time.Second - 1) / time.Second)
-	if limit <= 0 || exptime < 0 {
-		return exptime
-	}
-	const maxDelta = 60 * 60 * 24 * 30 // memcached's REALTIME_MAXDELTA
-	rel := exptime
-	if exptime > maxDelta {
-		rel = exptime - time.Now().Unix()
-		if rel <= 0 {
-			return -1 // already expired
-		}
-	}
-	if rel == 0 || rel > limit {
-		return limit
-	}
-	return rel
+	return m.Up() && (p.opts.Debts == nil || !p.opts.Debts.Owes(m.Base))
 }
 
 // Retries is how many further attempts a request gets after a timeout or connection error.

@@ -82,7 +82,7 @@ func TestBackgroundBudget(t *testing.T) {
 			}
 			reg := prometheus.NewRegistry()
 			features := route.NewShared(route.Options{Registry: reg, MaxBackgroundBytes: budget})
-			features.Compose(main, f)
+			topology.Compose(main, features, topology.Stack{Features: f})
 			p := proxy.New(topo, proxy.Options{Registry: reg, Features: features})
 			count := func(name string, labels ...string) float64 {
 				return max(0, value(t, reg, name, labels...)) // a series never touched is absent

@@ -59,7 +59,7 @@ func backedUp(t *testing.T, gate chan struct{}, budget int) (p *proxy.Proxy, reg
 	}
 	reg = prometheus.NewRegistry()
 	features := route.NewShared(route.Options{Registry: reg, MaxBackgroundBytes: budget})
-	features.Compose(main, route.Features{Backup: spare})
+	topology.Compose(main, features, topology.Stack{Features: route.Features{Backup: spare}})
 	p = proxy.New(&topology.Topology{Pools: []*pool.Pool{main, spare}, Default: main}, proxy.Options{Registry: reg, Features: features})
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	if r := get(p, "k"); string(r[0].Value) != "old" {

@@ -21,6 +21,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/topology"
 	"github.com/moxi-proxy/moxi/internal/turn"
+	"github.com/moxi-proxy/moxi/internal/writeguard"
 )
 
 // Options configure a Proxy. The zero value of each field is usable.
@@ -57,7 +58,7 @@ type Proxy struct {
 	metrics *metrics
 
 	features *route.Shared                  // shared with the topologies' composed servers
-	writes   *pool.Writes                   // writes in flight, which end sharing for their keys: features.Writes
+	writes   *writeguard.Guard              // writes in flight, which end sharing for their keys: features.Writes
 	flights  dedup.Group[protocol.Response] // get/gets in flight, for dedup
 	queue    *fireforget.Queue              // fire-and-forget writes
 }

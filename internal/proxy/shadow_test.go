@@ -28,7 +28,7 @@ func shadowing(t *testing.T, shadow pool.Server, fraction float64) (*proxy.Proxy
 	}
 	reg := prometheus.NewRegistry()
 	features := route.NewShared(route.Options{Registry: reg})
-	features.Compose(main, route.Features{Shadow: sp, ShadowFraction: fraction})
+	topology.Compose(main, features, topology.Stack{Features: route.Features{Shadow: sp, ShadowFraction: fraction}})
 	p := proxy.New(&topology.Topology{Pools: []*pool.Pool{main, sp}, Default: main}, proxy.Options{Registry: reg, Features: features})
 	return p, reg, sp
 }

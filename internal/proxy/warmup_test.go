@@ -21,7 +21,7 @@ func warming(t *testing.T) (*proxy.Proxy, *prometheus.Registry, *pool.Pool, *poo
 	newP, oldP := newPool(t, "new", 2), newPool(t, "old", 2)
 	reg := prometheus.NewRegistry()
 	features := route.NewShared(route.Options{Registry: reg})
-	features.Compose(newP, route.Features{WarmFrom: oldP})
+	topology.Compose(newP, features, topology.Stack{Features: route.Features{WarmFrom: oldP}})
 	p := proxy.New(&topology.Topology{Pools: []*pool.Pool{newP, oldP}, Default: newP}, proxy.Options{Registry: reg, Features: features})
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	return p, reg, newP, oldP
@@ -133,7 +133,7 @@ func TestWarmUpSharedServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	features := route.NewShared(route.Options{Registry: prometheus.NewRegistry()})
-	features.Compose(newShared, route.Features{WarmFrom: oldShared})
+	topology.Compose(newShared, features, topology.Stack{Features: route.Features{WarmFrom: oldShared}})
 	p := proxy.New(&topology.Topology{Pools: []*pool.Pool{newShared, oldShared}, Default: newShared}, proxy.Options{Features: features})
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	if r := handle(p, &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("v")}); r[0].Status != protocol.StatusOK {

@@ -64,7 +64,7 @@ var _ pool.Server = (*backup)(nil)
 // Start passes reqs on; once they are answered, it copies the writes to the backup pool
 // (queued) and, where a read missed or failed, asks the backup on a goroutine of its own.
 func (b *backup) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
-	b.inner.Start(ctx, order, reqs, resps, errs, func() {
+	b.next.Start(ctx, order, reqs, resps, errs, func() {
 		reads := false
 		for i := range reqs {
 			switch req := &reqs[i]; {

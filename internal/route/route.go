@@ -17,6 +17,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/writeguard"
 )
 
 // Options configure a Shared. The zero value of each field is usable.
@@ -32,10 +33,10 @@ type Options struct {
 // background queues and their byte budget, the counters, and the writes in flight, which
 // make warm-up copies safe across reloads (warmup.go).
 type Shared struct {
-	// Writes is the process's guard of writes by key (pool.Writes). The proxy begins and
+	// Writes is the process's guard of writes by key (writeguard.Guard). The proxy begins and
 	// ends every write in it, before and after its server's answer; warm-up copies and
 	// replicated pools (topology.Builder passes it on) read it.
-	Writes pool.Writes
+	Writes writeguard.Guard
 
 	// Backup counts the backup reads and copies; "stats reset" zeroes it.
 	Backup      BackupCounters
@@ -108,7 +109,8 @@ func (s *Shared) Close(ctx context.Context) error {
 	return errors.Join(s.mirrors.Close(ctx), s.shadows.Close(ctx))
 }
 
-// Features are what Compose wraps a pool's servers in; a nil pool is no such feature.
+// Features are the pools a pool's members' servers are composed with (package topology's
+// Stack, layers 5 to 7); a nil pool is no such feature.
 type Features struct {
 	Backup   *pool.Pool // writes are copied there; a get that misses or fails is asked there
 	WarmFrom *pool.Pool // a read that misses is read there and copied here
@@ -117,42 +119,44 @@ type Features struct {
 	ShadowFraction float64
 }
 
-// Compose wraps each member's server of pl in the servers of its features, before pl is in
-// service: shadow outermost, then backup, then warm-up next to the server. So a read that
-// misses here is read from the warm_from pool before the backup pool is asked, and a
-// request is shadowed once its answer is final. The pools named may be composed
-// themselves, before or after pl: a wrapper asks their members' servers when it needs them.
-func (s *Shared) Compose(pl *pool.Pool, f Features) {
-	if f.WarmFrom != nil {
-		s.warmReads.WithLabelValues(pl.Name(), "hit")
-		s.warmReads.WithLabelValues(pl.Name(), "miss")
+// WithWarmUp is next, member i's server of pl, warmed up from from (warm_from): a read that
+// misses is read there and copied here. next itself when from is nil.
+func (s *Shared) WithWarmUp(pl *pool.Pool, i int, from *pool.Pool, next pool.Server) pool.Server {
+	if from == nil {
+		return next
 	}
-	shadowing := f.Shadow != nil && f.ShadowFraction > 0
-	if shadowing {
-		for _, r := range shadowResultNames {
-			s.shadowRequests.WithLabelValues(pl.Name(), r)
-		}
+	s.warmReads.WithLabelValues(pl.Name(), "hit")
+	s.warmReads.WithLabelValues(pl.Name(), "miss")
+	return &warmUp{wrapped: wrapped{next}, s: s, pool: pl.Name(), self: pl.Member(i), from: from}
+}
+
+// WithBackup is next with a backup pool, to: writes are copied there, and a get that misses or
+// fails is asked there. next itself when to is nil.
+func (s *Shared) WithBackup(to *pool.Pool, next pool.Server) pool.Server {
+	if to == nil {
+		return next
 	}
-	for i := range pl.Len() {
-		m := pl.Member(i)
-		if f.WarmFrom != nil {
-			m.Server = &warmUp{wrapped: wrapped{m.Server}, s: s, pool: pl.Name(), self: m, from: f.WarmFrom}
-		}
-		if f.Backup != nil {
-			m.Server = &backup{wrapped: wrapped{m.Server}, s: s, to: f.Backup}
-		}
-		if shadowing {
-			m.Server = &shadow{wrapped: wrapped{m.Server}, s: s, to: shadowTo{pool: f.Shadow, from: pl.Name()}, fraction: f.ShadowFraction}
-		}
+	return &backup{wrapped: wrapped{next}, s: s, to: to}
+}
+
+// WithShadow is next, a server of pl, shadowed to to: fraction of the keys' requests are
+// copied there. next itself when to is nil or fraction 0.
+func (s *Shared) WithShadow(pl, to *pool.Pool, fraction float64, next pool.Server) pool.Server {
+	if to == nil || fraction <= 0 {
+		return next
 	}
+	for _, r := range shadowResultNames {
+		s.shadowRequests.WithLabelValues(pl.Name(), r)
+	}
+	return &shadow{wrapped: wrapped{next}, s: s, to: shadowTo{pool: to, from: pl.Name()}, fraction: fraction}
 }
 
 // wrapped is what a composed server passes on to the server it wraps unchanged: its health,
 // counters and statistics (it has none of its own). Close does nothing: the topology's
 // builder, which made the wrapped server, closes it.
-type wrapped struct{ inner pool.Server }
+type wrapped struct{ next pool.Server }
 
-func (w wrapped) Up() bool               { return w.inner.Up() }
-func (w wrapped) Info() pool.Info        { return w.inner.Info() }
-func (w wrapped) Stats() []protocol.Stat { return w.inner.Stats() }
+func (w wrapped) Up() bool               { return w.next.Up() }
+func (w wrapped) Info() pool.Info        { return w.next.Info() }
+func (w wrapped) Stats() []protocol.Stat { return w.next.Stats() }
 func (w wrapped) Close() error           { return nil }

@@ -55,7 +55,7 @@ var _ pool.Server = (*shadow)(nil)
 
 // Start passes reqs on and queues their copies once they are answered.
 func (sh *shadow) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
-	sh.inner.Start(ctx, order, reqs, resps, errs, func() {
+	sh.next.Start(ctx, order, reqs, resps, errs, func() {
 		for i := range reqs {
 			sh.copy(&reqs[i])
 		}

@@ -24,9 +24,9 @@ import (
 //     or a miss. R never answers a value older than W.
 //   - W acknowledged while R is between its read of OTHER and its add: the add must not
 //     land, or it would revert W (W a delete, or W's value since evicted) for every later
-//     reader. So every write counts itself in its key's stripe (pool.Writes: Begin, End),
+//     reader. So every write counts itself in its key's stripe (writeguard.Guard: Begin, End),
 //     R notes the stripe's epoch before its first read, and R adds only under the stripe's
-//     lock and only when no write of the stripe began or ended since (pool.Writes.IfQuiet). A write that
+//     lock and only when no write of the stripe began or ended since (writeguard.Guard.IfQuiet). A write that
 //     begins after R's check waits for R's add to finish, then overwrites or deletes it.
 //   - R's own answer when W overlaps R: either value is a correct answer for requests that
 //     overlap; when the add was refused, R reads this pool again and answers what it holds.
@@ -99,7 +99,7 @@ func (w *warmUp) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Re
 			return
 		}
 	}
-	w.inner.Start(ctx, order, reqs, resps, errs, done)
+	w.next.Start(ctx, order, reqs, resps, errs, done)
 }
 
 // do executes one request, with its follow-up.
@@ -110,24 +110,24 @@ func (w *warmUp) do(ctx context.Context, order *turn.Turn, req *protocol.Request
 		for i, k := range req.Keys {
 			epochs[i] = w.s.Writes.Epoch(k) // before the read: see the interleavings above
 		}
-		if err := pool.Do(ctx, w.inner, order, req, resps); err != nil {
+		if err := pool.Do(ctx, w.next, order, req, resps); err != nil {
 			return err
 		}
 		w.warmUp(ctx, order.After(), req, resps, epochs)
 		return nil
 	case req.Op == protocol.OpMetaGet && !req.Meta.Vivify: // an mg with N made the item on its miss: that is its answer
 		epoch := w.s.Writes.Epoch(req.Key)
-		err := pool.Do(ctx, w.inner, order, req, resps)
+		err := pool.Do(ctx, w.next, order, req, resps)
 		if err == nil && resps[0].Meta.Code == protocol.MetaEN && !w.s.warmSkip.has(req.Key) {
 			w.warmMeta(ctx, order.After(), req, resps, epoch)
 		}
 		return err
 	case req.Op.ChangesKey():
-		err := pool.Do(ctx, w.inner, order, req, resps)
+		err := pool.Do(ctx, w.next, order, req, resps)
 		w.dropOld(ctx, order.After(), req.Key, resps, err)
 		return err
 	}
-	return pool.Do(ctx, w.inner, order, req, resps)
+	return pool.Do(ctx, w.next, order, req, resps)
 }
 
 // warmUp reads the keys that missed here from OTHER, copies the hits over and answers
@@ -192,7 +192,7 @@ func (w *warmUp) warmUp(ctx context.Context, order *turn.Turn, req *protocol.Req
 		sub.Keys[n] = req.Keys[i]
 	}
 	answers := make([]protocol.Response, len(again))
-	err := pool.Do(ctx, w.inner, order, &sub, answers)
+	err := pool.Do(ctx, w.next, order, &sub, answers)
 	for n, i := range again {
 		if err == nil && answers[n].Status == protocol.StatusOK {
 			out[i] = answers[n]
@@ -212,7 +212,7 @@ func (w *warmUp) copyIn(ctx context.Context, order *turn.Turn, k []byte, it *ite
 	w.s.Writes.IfQuiet(k, epoch, func() {
 		add := itemcopy.Store(protocol.OpAdd, k, it, exptime)
 		var resp [1]protocol.Response
-		if err = pool.Do(ctx, w.inner, order, &add, resp[:]); err == nil {
+		if err = pool.Do(ctx, w.next, order, &add, resp[:]); err == nil {
 			stored = resp[0].Status == protocol.StatusOK
 		}
 	})
@@ -261,7 +261,7 @@ func (w *warmUp) warmMeta(ctx context.Context, order *turn.Turn, req *protocol.R
 		}
 	}
 	var again [1]protocol.Response
-	if pool.Do(ctx, w.inner, order, req, again[:]) == nil {
+	if pool.Do(ctx, w.next, order, req, again[:]) == nil {
 		one[0] = again[0]
 	}
 }

@@ -89,25 +89,23 @@ var impls = []impl{
 	}},
 	{name: "failover stand-in", kinds: allKinds, build: func(e *env) pool.Server {
 		// Member 1 of a failover pool whose member 0 is dead: it stands in for every key,
-		// remembering the writes (pool.New composes it).
-		return e.standIn(e.standIns())
-	}},
-	{name: "failover member", kinds: allKinds, build: func(e *env) pool.Server {
-		// The same with nothing to remember (no StandIns): it passes every batch on.
-		return e.standIn(nil)
+		// remembering the writes (failover.Wrap).
+		return e.standIn()
 	}},
 	{name: "replica", kinds: allKinds, build: func(e *env) pool.Server {
 		// Member 0 of a pool keeping every key on both its members: the requests placed on
 		// it go to both servers, or to the one that answers: a lone plain write started on
-		// both, everything else on a goroutine that waits (pool's TestReplicaStarts).
+		// both, everything else on a goroutine that waits (replica's TestReplicaStarts).
 		a, b := e.addr(), e.addr()
-		pl, err := pool.New("p", pool.Options{Replicas: 2, StandIns: e.standIns()}, []pool.Member{
+		standIns := StandIns(e.t, 1000)
+		pl, err := pool.New("p", pool.Options{Replicas: 2, Debts: standIns}, []pool.Member{
 			{Name: a, Addr: a, Weight: 1, Server: e.inner(a)},
 			{Name: b, Addr: b, Weight: 1, Server: e.inner(b)},
 		})
 		if err != nil {
 			e.t.Fatal(err)
 		}
+		topology.Compose(pl, e.features(), topology.Stack{StandIns: standIns})
 		return pl.Member(0).Server
 	}},
 	{name: "topology placeholder", kinds: []kind{unreachable}, build: func(e *env) pool.Server {
@@ -142,24 +140,19 @@ var impls = []impl{
 
 var discard = slog.New(slog.DiscardHandler)
 
-// standIns is a StandIns closed with the test.
-func (e *env) standIns() *pool.StandIns {
-	l := pool.NewStandIns(1000, discard)
-	e.t.Cleanup(l.Close)
-	return l
-}
-
-// standIn is member 1 of a failover pool, with standIns, whose member 0 is dead; its
-// server is as(a remote server of the kind).
-func (e *env) standIn(standIns *pool.StandIns) pool.Server {
+// standIn is member 1 of a failover pool whose member 0 is dead; its server is a remote
+// server of the kind.
+func (e *env) standIn() pool.Server {
 	addr := e.addr()
-	pl, err := pool.New("p", pool.Options{Failover: true, FailoverTTL: time.Hour, StandIns: standIns}, []pool.Member{
+	standIns := StandIns(e.t, 1000)
+	pl, err := pool.New("p", pool.Options{Failover: true, Debts: standIns}, []pool.Member{
 		{Name: "dead", Addr: "dead:1", Weight: 1, Server: dead{}},
 		{Name: addr, Addr: addr, Weight: 1, Server: e.inner(addr)},
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	topology.Compose(pl, e.features(), topology.Stack{StandIns: standIns, FailoverTTL: time.Hour})
 	return pl.Member(1).Server
 }
 
@@ -582,14 +575,19 @@ func (e *env) composed(f func(other *pool.Pool) route.Features) pool.Server {
 		return pl
 	}
 	pl, other := onePool("main"), onePool("other")
+	topology.Compose(pl, e.features(), topology.Stack{Features: f(other)})
+	return pl.Member(0).Server
+}
+
+// features is what composed servers share, closed with the test.
+func (e *env) features() *route.Shared {
 	features := route.NewShared(route.Options{Logger: discard})
 	e.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = features.Close(ctx)
 	})
-	features.Compose(pl, f(other))
-	return pl.Member(0).Server
+	return features
 }
 
 func (e *env) inner(addr string) *backend.Server {

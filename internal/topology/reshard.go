@@ -74,7 +74,7 @@ func reshardNumber(name string) int {
 // that server.
 type reshardServer struct {
 	self          string // the member's address
-	inner         pool.Server
+	next          pool.Server
 	before, after *pool.Pool                    // the placements keys move from and to
 	from          map[string]*migrate.Migration // by the old server's address
 }
@@ -89,7 +89,7 @@ func (r *reshardServer) via(key []byte) pool.Server {
 			return m
 		}
 	}
-	return r.inner
+	return r.next
 }
 
 // Start passes reqs on to the one server all their keys go through (via), when there is
@@ -97,7 +97,7 @@ func (r *reshardServer) via(key []byte) pool.Server {
 func (r *reshardServer) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
 	var to pool.Server
 	through := func(key []byte) bool { // key's way is to's, or the first one
-		via := r.inner
+		via := r.next
 		if key != nil {
 			via = r.via(key)
 		}
@@ -137,13 +137,13 @@ func (r *reshardServer) do(ctx context.Context, order *turn.Turn, req *protocol.
 	case keyOf(req) != nil:
 		return pool.Do(ctx, r.via(keyOf(req)), order, req, resps)
 	default:
-		return pool.Do(ctx, r.inner, order, req, resps) // no key: flush_all, stats…
+		return pool.Do(ctx, r.next, order, req, resps) // no key: flush_all, stats…
 	}
 	if req.Op != protocol.OpGet && req.Op != protocol.OpGets {
 		// A touch of many keys (gat): each through its own path, one at a time.
 		return r.each(ctx, order, req, resps)
 	}
-	if err := pool.Do(ctx, r.inner, order, req, resps); err != nil {
+	if err := pool.Do(ctx, r.next, order, req, resps); err != nil {
 		return err
 	}
 	missed := map[*migrate.Migration][]int{}
@@ -189,9 +189,9 @@ func keyOf(req *protocol.Request) []byte {
 	return req.Key
 }
 
-func (r *reshardServer) Up() bool               { return r.inner.Up() }
-func (r *reshardServer) Info() pool.Info        { return r.inner.Info() }
-func (r *reshardServer) Stats() []protocol.Stat { return r.inner.Stats() }
+func (r *reshardServer) Up() bool               { return r.next.Up() }
+func (r *reshardServer) Info() pool.Info        { return r.next.Info() }
+func (r *reshardServer) Stats() []protocol.Stat { return r.next.Stats() }
 
 // Close closes nothing: the member's server and the Migrations are the Builder's.
 func (r *reshardServer) Close() error { return nil }

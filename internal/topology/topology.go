@@ -19,11 +19,13 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/backend"
 	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/failover"
 	"github.com/moxi-proxy/moxi/internal/hotcache"
 	"github.com/moxi-proxy/moxi/internal/memstore"
 	"github.com/moxi-proxy/moxi/internal/migrate"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/replica"
 	"github.com/moxi-proxy/moxi/internal/route"
 	"github.com/moxi-proxy/moxi/internal/tlsfiles"
 	"github.com/moxi-proxy/moxi/internal/turn"
@@ -42,7 +44,7 @@ type Builder struct {
 	Features *route.Shared
 
 	mu         sync.Mutex
-	standIns   *pool.StandIns                      // shared by every pool built; made by the first Build
+	standIns   *failover.StandIns                  // shared by every pool built; made by the first Build
 	running    map[serverKey]pool.Server           // the servers of the committed topology
 	migrations map[migrationKey]*migrate.Migration // its migrations
 	placements map[string]placement                // its pools' key placements, by pool name (reshard.go)
@@ -74,12 +76,12 @@ type serverKey struct {
 }
 
 // MaxStandInKeys bounds the keys a process remembers having written to stand-ins
-// (pool.StandIns): about 100 bytes each plus the key.
+// (failover.StandIns): about 100 bytes each plus the key.
 const MaxStandInKeys = 100_000
 
 // StandIns is what the topologies' pools remember of stand-in writes; nil before the
 // first Build.
-func (b *Builder) StandIns() *pool.StandIns {
+func (b *Builder) StandIns() *failover.StandIns {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.standIns
@@ -104,12 +106,13 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 		placements: make(map[string]placement)}
 	t := pd.Topology
 	if b.standIns == nil {
-		b.standIns = pool.NewStandIns(MaxStandInKeys, b.logger())
+		b.standIns = failover.NewStandIns(MaxStandInKeys, b.logger())
 	}
 	if b.Features == nil {
 		b.Features = route.NewShared(route.Options{Logger: b.logger()})
 	}
 	byName := make(map[string]*pool.Pool, len(cfg.Pools))
+	servers := make(map[string]memberServers, len(cfg.Pools))
 	for _, pc := range cfg.Pools {
 		if pc.TLS != nil && pc.TLS.Config == nil && b.Dial {
 			// Never fall back to plaintext because a caller forgot the files.
@@ -120,34 +123,44 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 			pd.abortLocked()
 			return nil, fmt.Errorf("pool %s: its sasl password_file was not loaded (config.LoadSecrets)", pc.Name)
 		}
+		ms := b.members(pd, cfg, pc)
 		p, err := pool.New(pc.Name, pool.Options{
 			Distribution: pc.Distribution,
 			Hash:         pc.Hash,
 			HashTag:      pc.HashTag,
 			Failover:     pc.Failover,
-			FailoverTTL:  pc.FailoverTTL,
-			StandIns:     b.standIns,
 			Retries:      pc.Retries,
 			Replicas:     pc.Replicas,
-			WriteQuorum:  pc.WriteQuorum,
-			ReadFrom:     pc.ReadFrom,
-			Writes:       &b.Features.Writes,
-			Background:   b.Features.Background(),
-			Repaired:     b.Features.ReplicaRepaired(pc.Name),
-		}, b.members(pd, cfg, pc))
+			Debts:        b.standIns,
+		}, ms.members)
 		if err != nil {
 			pd.abortLocked()
 			return nil, err
 		}
 		byName[pc.Name] = p
 		t.Pools = append(t.Pools, p)
+		servers[pc.Name] = ms
 	}
 	for _, pc := range cfg.Pools {
-		f := route.Features{Backup: byName[pc.Backup], WarmFrom: byName[pc.WarmFrom]}
-		if pc.Shadow != nil {
-			f.Shadow, f.ShadowFraction = byName[pc.Shadow.Pool], pc.Shadow.Fraction
+		ms := servers[pc.Name]
+		st := Stack{
+			Migration:   b.migrating(pd, cfg, pc, ms),
+			Reshard:     b.reshard(pd, cfg, pc, ms),
+			StandIns:    b.standIns,
+			FailoverTTL: pc.FailoverTTL,
+			Replica: replica.Options{
+				WriteQuorum: pc.WriteQuorum,
+				ReadFrom:    pc.ReadFrom,
+				Writes:      &b.Features.Writes,
+				Background:  b.Features.Background(),
+				Repaired:    b.Features.ReplicaRepaired(pc.Name),
+			},
+			Features: route.Features{Backup: byName[pc.Backup], WarmFrom: byName[pc.WarmFrom]},
 		}
-		b.Features.Compose(byName[pc.Name], f)
+		if pc.Shadow != nil {
+			st.Shadow, st.ShadowFraction = byName[pc.Shadow.Pool], pc.Shadow.Fraction
+		}
+		Compose(byName[pc.Name], b.Features, st)
 	}
 	for _, r := range cfg.Routes {
 		t.Routes = append(t.Routes, Route{Prefix: []byte(r.Prefix), Pool: byName[r.Pool]})
@@ -184,8 +197,17 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	return pd, nil
 }
 
+// memberServers are the servers of one pool's members (layer 1 of their Stack).
+type memberServers struct {
+	members []pool.Member
+	// remotes[i] makes member i's server at an address (nil for an embedded or undiscovered
+	// pool): a Migration's OLD for migrate_at or apply_at.
+	remotes []func(addr string) pool.Server
+	dial    migrate.Dialer // how a Migration reaches the pool's servers
+}
+
 // members makes (or reuses) the servers of one pool.
-func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []pool.Member {
+func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) memberServers {
 	lim := Limits(cfg)
 	if pc.Embedded > 0 {
 		members := make([]pool.Member, pc.Embedded)
@@ -200,12 +222,12 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 				}),
 			}
 		}
-		return members
+		return memberServers{members: members}
 	}
 	if pc.Discover != nil && len(pc.Servers) == 0 {
 		// Its name has not answered yet (moxi waits for it before serving; --check does
 		// not ask): one member that says so.
-		return []pool.Member{{Name: "undiscovered", Addr: "discover:" + pc.Discover.DNS, Weight: 1, Server: undiscovered(pc.Discover.DNS)}}
+		return memberServers{members: []pool.Member{{Name: "undiscovered", Addr: "discover:" + pc.Discover.DNS, Weight: 1, Server: undiscovered(pc.Discover.DNS)}}}
 	}
 	var tlsConf *tls.Config
 	var tlsSum tlsfiles.Sum
@@ -216,14 +238,14 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 	if pc.SASL != nil {
 		sasl = backend.SASL{User: pc.SASL.User, Password: string(pc.SASL.Password)}
 	}
-	dial := func(ctx context.Context, addr string) (net.Conn, error) {
-		return backend.Dial(ctx, addr, pc.ConnectTimeout, tlsConf)
+	ms := memberServers{
+		members: make([]pool.Member, len(pc.Servers)),
+		dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			return backend.Dial(ctx, addr, pc.ConnectTimeout, tlsConf)
+		},
 	}
-	members := make([]pool.Member, len(pc.Servers))
-	var remotes []func(addr string) pool.Server // by member: its server at an address
-	defer func() { b.reshard(pd, cfg, pc, members, remotes, dial) }()
 	for i, sc := range pc.Servers {
-		m := &members[i]
+		m := &ms.members[i]
 		m.Name, m.Addr, m.Weight = sc.RingName(), sc.Addr, sc.Weight
 		remote := func(addr string) pool.Server {
 			key := serverKey{
@@ -254,36 +276,49 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) []po
 			})
 		}
 		m.Server = remote(sc.Addr)
-		remotes = append(remotes, remote)
-		if sc.MigrateFrom != "" && b.Dial {
-			var old pool.Server // serves the slot until migrate_at: the running one when unchanged
-			if !sc.MigrateAt.IsZero() {
-				old = remote(sc.MigrateFrom)
-			}
-			m.Server = b.migration(pd, migrationKey{pc.Name, m.Name, sc.MigrateFrom, sc.Addr, sc.MigrateAt, m.Server}, func() *migrate.Migration {
-				return migrate.New(migrate.Options{
-					Pool: pc.Name, Name: m.Name, From: sc.MigrateFrom, To: sc.Addr,
-					New: m.Server, At: sc.MigrateAt, Old: old, Rate: pc.MigrateRate, Timeout: pc.Timeout + pc.ConnectTimeout,
-					MaxValue: lim.MaxValueBytes, Dial: dial, Logger: b.logger(),
-				})
-			})
-		}
+		ms.remotes = append(ms.remotes, remote)
 	}
-	return members
+	return ms
 }
 
-// reshard records pc's placement in pd and, while keys move into it from the committed
-// one (a change of pc's servers, now or at an earlier build not yet done), makes each
-// member that keys move to a reshardServer with a Migration from each server they move
-// from. remotes[i] makes member i's server at an address (a Migration's OLD for apply_at).
-// A pool whose servers require SASL reshards cold: nothing moves.
-func (b *Builder) reshard(pd *Pending, cfg *config.Config, pc *config.Pool, members []pool.Member, remotes []func(string) pool.Server, dial migrate.Dialer) {
-	if len(pc.Servers) == 0 || len(remotes) != len(members) {
-		return // embedded, or a discover pool with no answer yet: nothing to move
+// migrating is layer 2 of pc's Stack: a member with migrate_from becomes a Migration from
+// that server to its own (next). nil when no member has one.
+func (b *Builder) migrating(pd *Pending, cfg *config.Config, pc *config.Pool, ms memberServers) func(int, pool.Server) pool.Server {
+	if !b.Dial || !slices.ContainsFunc(pc.Servers, func(sc config.Server) bool { return sc.MigrateFrom != "" }) {
+		return nil
+	}
+	lim := Limits(cfg)
+	return func(i int, next pool.Server) pool.Server {
+		sc, m := pc.Servers[i], &ms.members[i]
+		if sc.MigrateFrom == "" {
+			return next
+		}
+		var old pool.Server // serves the slot until migrate_at: the running one when unchanged
+		if !sc.MigrateAt.IsZero() {
+			old = ms.remotes[i](sc.MigrateFrom)
+		}
+		return b.migration(pd, migrationKey{pc.Name, m.Name, sc.MigrateFrom, sc.Addr, sc.MigrateAt, next}, func() *migrate.Migration {
+			return migrate.New(migrate.Options{
+				Pool: pc.Name, Name: m.Name, From: sc.MigrateFrom, To: sc.Addr,
+				New: next, At: sc.MigrateAt, Old: old, Rate: pc.MigrateRate, Timeout: pc.Timeout + pc.ConnectTimeout,
+				MaxValue: lim.MaxValueBytes, Dial: ms.dial, Logger: b.logger(),
+			})
+		})
+	}
+}
+
+// reshard records pc's placement in pd and returns layer 3 of its Stack: while keys move
+// into it from the committed one (a change of pc's servers, now or at an earlier build not
+// yet done), each member that keys move to becomes a reshardServer with a Migration from
+// each server they move from. nil when no key moves. A pool whose servers require SASL
+// reshards cold: nothing moves.
+func (b *Builder) reshard(pd *Pending, cfg *config.Config, pc *config.Pool, ms memberServers) func(int, pool.Server) pool.Server {
+	if len(pc.Servers) == 0 || len(ms.remotes) != len(ms.members) {
+		return nil // embedded, or a discover pool with no answer yet: nothing to move
 	}
 	after, err := placementPool(pc)
 	if err != nil {
-		return // pool.New refuses the same members, with the same error, in Build
+		return nil // pool.New refuses the same members, with the same error, in Build
 	}
 	now := placement{servers: placementOf(pc), pool: after}
 	cur, had := b.placements[pc.Name]
@@ -308,34 +343,44 @@ func (b *Builder) reshard(pd *Pending, cfg *config.Config, pc *config.Pool, memb
 	}
 	pd.placements[pc.Name] = now
 	if now.reshard == nil || !b.Dial {
-		return
+		return nil
 	}
 	run := now.reshard
+	moves := after.MovedFrom(run.before)
 	lim := Limits(cfg)
-	for _, mv := range after.MovedFrom(run.before) {
-		i := slices.IndexFunc(members, func(m pool.Member) bool { return m.Addr == mv.To })
-		m := &members[i]
-		rs, ok := m.Server.(*reshardServer)
-		if !ok {
-			rs = &reshardServer{self: m.Addr, inner: m.Server, before: run.before, after: after, from: map[string]*migrate.Migration{}}
-			// The server under the wrapper is the member's (a reshardServer is made anew at
-			// each build): what stand-ins remember of it outlives reloads.
-			m.Server, m.Base = rs, m.Server
-		}
-		var old pool.Server // serves the key until apply_at
-		if !cfg.ApplyAt.IsZero() {
-			old = remotes[i](mv.From)
-		}
-		to := mv.To
-		rs.from[mv.From] = b.migration(pd, migrationKey{pc.Name, run.name, mv.From, mv.To, cfg.ApplyAt, rs.inner}, func() *migrate.Migration {
-			return migrate.New(migrate.Options{
-				Pool: pc.Name, Name: run.name, From: mv.From, To: mv.To,
-				New: rs.inner, At: cfg.ApplyAt, Old: old, Rate: pc.MigrateRate, Timeout: pc.Timeout + pc.ConnectTimeout,
-				MaxValue: lim.MaxValueBytes, Dial: dial, Logger: b.logger(),
-				Moves:       func(key []byte) bool { from, ok := after.PairedFrom(run.before, key, to); return ok && from == mv.From },
-				DeleteMoved: true,
+	return func(i int, next pool.Server) pool.Server {
+		// A reshardServer is made anew at each build; next, the member's server, is what
+		// stand-ins remember (Member.Base), which outlives reloads.
+		self := ms.members[i].Addr
+		var rs *reshardServer
+		for _, mv := range moves {
+			if mv.To != self {
+				continue
+			}
+			if rs == nil {
+				rs = &reshardServer{self: self, next: next, before: run.before, after: after, from: map[string]*migrate.Migration{}}
+			}
+			var old pool.Server // serves the key until apply_at
+			if !cfg.ApplyAt.IsZero() {
+				old = ms.remotes[i](mv.From)
+			}
+			rs.from[mv.From] = b.migration(pd, migrationKey{pc.Name, run.name, mv.From, mv.To, cfg.ApplyAt, next}, func() *migrate.Migration {
+				return migrate.New(migrate.Options{
+					Pool: pc.Name, Name: run.name, From: mv.From, To: mv.To,
+					New: next, At: cfg.ApplyAt, Old: old, Rate: pc.MigrateRate, Timeout: pc.Timeout + pc.ConnectTimeout,
+					MaxValue: lim.MaxValueBytes, Dial: ms.dial, Logger: b.logger(),
+					Moves: func(key []byte) bool {
+						from, ok := after.PairedFrom(run.before, key, self)
+						return ok && from == mv.From
+					},
+					DeleteMoved: true,
+				})
 			})
-		})
+		}
+		if rs == nil {
+			return next
+		}
+		return rs
 	}
 }
 

@@ -1,4 +1,4 @@
-package pool
+package writeguard
 
 import "testing"
 
@@ -9,35 +9,35 @@ func TestWriteStripesGuard(t *testing.T) {
 	k := []byte("k")
 	for _, tc := range []struct {
 		name  string
-		steps func(w *Writes) uint64 // returns the epoch the copy noted
+		steps func(w *Guard) uint64 // returns the epoch the copy noted
 		want  bool
 	}{
-		{"quiet", func(w *Writes) uint64 { return w.Epoch(k) }, true},
-		{"write ended since", func(w *Writes) uint64 {
+		{"quiet", func(w *Guard) uint64 { return w.Epoch(k) }, true},
+		{"write ended since", func(w *Guard) uint64 {
 			e := w.Epoch(k)
 			w.Begin(k)
 			w.End(k)
 			return e
 		}, false},
-		{"write in flight at the copy", func(w *Writes) uint64 {
+		{"write in flight at the copy", func(w *Guard) uint64 {
 			e := w.Epoch(k)
 			w.Begin(k)
 			return e
 		}, false},
-		{"write in flight at the read", func(w *Writes) uint64 {
+		{"write in flight at the read", func(w *Guard) uint64 {
 			w.Begin(k)
 			e := w.Epoch(k)
 			w.End(k)
 			return e
 		}, false},
-		{"write ended before the read", func(w *Writes) uint64 {
+		{"write ended before the read", func(w *Guard) uint64 {
 			w.Begin(k)
 			w.End(k)
 			return w.Epoch(k)
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var w Writes
+			var w Guard
 			e := tc.steps(&w)
 			ran := false
 			w.IfQuiet(k, e, func() { ran = true })
@@ -50,22 +50,22 @@ func TestWriteStripesGuard(t *testing.T) {
 
 // A replicated write waits for the one in flight of its key, and a read for both.
 func TestWritesSerialised(t *testing.T) {
-	var w Writes
+	var w Guard
 	k := []byte("k")
-	unlock := w.lock(k)
-	if _, ok := w.tryLock(k); ok {
+	unlock := w.Lock(k)
+	if _, ok := w.TryLock(k); ok {
 		t.Fatal("a second replicated write of the key began while the first runs")
 	}
 	if !w.InFlight(k) {
 		t.Fatal("a replicated write is not in flight")
 	}
 	settled := make(chan uint64)
-	go func() { settled <- w.settled(k) }()
+	go func() { settled <- w.Settled(k) }()
 	unlock()
 	if e := <-settled; e >= oneInFlight || e != w.Epoch(k) {
 		t.Errorf("a read settled at %x, with a write in flight or since (now %x)", e, w.Epoch(k))
 	}
-	unlock, ok := w.tryLock(k)
+	unlock, ok := w.TryLock(k)
 	if !ok {
 		t.Fatal("no replicated write may begin once the last ended")
 	}

@@ -1,4 +1,6 @@
-package pool
+// Package writeguard is moxi's one guard of the writes of a key (Guard): what keeps a copy
+// of a value read elsewhere, a shared fetch or a replicated read from landing after a write.
+package writeguard
 
 import (
 	"sync"
@@ -7,7 +9,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/keyhash"
 )
 
-// Writes is moxi's one guard of the writes of a key: one per process, so that writes of the
+// Guard counts the writes of each stripe of keys: one per process, so that writes of the
 // topologies before and after a reload count in it alike. Each stripe of keys counts its
 // writes in flight and its writes ended in one word, which a read takes without a lock
 // (Epoch). Its users:
@@ -19,8 +21,8 @@ import (
 //     repair): the copy lands only when no write of its key began or ended since the read
 //     it copies (IfQuiet, under the stripe's lock, which a write that begins meanwhile waits
 //     for, then overwrites or deletes the copy);
-//   - a replicated pool's writes, serialised by key (lock), and its reads, which wait for
-//     the write of their key in flight (settled), so that no read answers what a write
+//   - a replicated pool's writes, serialised by key (Lock), and its reads, which wait for
+//     the write of their key in flight (Settled), so that no read answers what a write
 //     replaced once a replica acknowledged it.
 //
 // Keys that share a stripe only cost each other a shared fetch, a copy or a wait, for a
@@ -28,13 +30,13 @@ import (
 // keys to a replicated pool met about 0.7 % of the time, each then waiting a whole
 // replicated write, and their p99 at 8,000 sets/s was 1.85–1.90× a plain pool's
 // (BenchmarkReplicaWrites); with 65,536, 1.32–1.37×. 24 bytes each: 1.5 MiB.
-type Writes struct{ stripes [writeStripes]writeStripe }
+type Guard struct{ stripes [writeStripes]writeStripe }
 
 const writeStripes = 1 << 16
 
 type writeStripe struct {
 	mu     sync.Mutex    // held briefly at a write's beginning and end, and by IfQuiet's copy
-	serial sync.Mutex    // held by a replicated write throughout (lock)
+	serial sync.Mutex    // held by a replicated write throughout (Lock)
 	state  atomic.Uint64 // writes in flight << inFlightShift | writes ended; changed under mu
 }
 
@@ -46,13 +48,13 @@ const (
 	oneEnded      = ^(oneInFlight - 1) + 1 // one more ended, one fewer in flight: 1 - oneInFlight, modulo 2^64
 )
 
-func (w *Writes) of(key []byte) *writeStripe {
+func (w *Guard) of(key []byte) *writeStripe {
 	return &w.stripes[keyhash.Stripe(key, writeStripes)]
 }
 
 // Begin counts a write of key in flight, before it is sent; a copy landing under IfQuiet
 // finishes first.
-func (w *Writes) Begin(key []byte) {
+func (w *Guard) Begin(key []byte) {
 	s := w.of(key)
 	s.mu.Lock()
 	s.state.Add(oneInFlight)
@@ -60,7 +62,7 @@ func (w *Writes) Begin(key []byte) {
 }
 
 // End counts the write of key Begin counted as ended, once it is answered.
-func (w *Writes) End(key []byte) {
+func (w *Guard) End(key []byte) {
 	s := w.of(key)
 	s.mu.Lock()
 	s.state.Add(oneEnded)
@@ -68,15 +70,15 @@ func (w *Writes) End(key []byte) {
 }
 
 // InFlight reports whether a write of key's stripe is in flight.
-func (w *Writes) InFlight(key []byte) bool { return w.of(key).state.Load() >= oneInFlight }
+func (w *Guard) InFlight(key []byte) bool { return w.of(key).state.Load() >= oneInFlight }
 
 // Epoch is key's stripe's state, to be noted before a read whose value may be copied
 // (IfQuiet). It takes no lock.
-func (w *Writes) Epoch(key []byte) uint64 { return w.of(key).state.Load() }
+func (w *Guard) Epoch(key []byte) uint64 { return w.of(key).state.Load() }
 
 // IfQuiet runs fn under key's stripe's lock when no write of the stripe was in flight at
 // Epoch's e, and none began or ended since: a write that begins meanwhile waits for fn.
-func (w *Writes) IfQuiet(key []byte, e uint64, fn func()) {
+func (w *Guard) IfQuiet(key []byte, e uint64, fn func()) {
 	s := w.of(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -85,9 +87,9 @@ func (w *Writes) IfQuiet(key []byte, e uint64, fn func()) {
 	}
 }
 
-// lock begins a replicated write of key, after the one in flight ends; the function it
+// Lock begins a replicated write of key, after the one in flight ends; the function it
 // returns ends it.
-func (w *Writes) lock(key []byte) func() {
+func (w *Guard) Lock(key []byte) func() {
 	s := w.of(key)
 	s.serial.Lock()
 	s.mu.Lock()
@@ -96,8 +98,8 @@ func (w *Writes) lock(key []byte) func() {
 	return s.unlock
 }
 
-// tryLock is lock when it needs no wait; false when it would.
-func (w *Writes) tryLock(key []byte) (unlock func(), ok bool) {
+// TryLock is Lock when it needs no wait; false when it would.
+func (w *Guard) TryLock(key []byte) (unlock func(), ok bool) {
 	s := w.of(key)
 	if !s.serial.TryLock() {
 		return nil, false
@@ -118,9 +120,9 @@ func (s *writeStripe) unlock() {
 	s.serial.Unlock()
 }
 
-// settled is key's stripe's state once no replicated write of the stripe runs: a read of
+// Settled is key's stripe's state once no replicated write of the stripe runs: a read of
 // a replicated pool waits for the write of its key in flight.
-func (w *Writes) settled(key []byte) uint64 {
+func (w *Guard) Settled(key []byte) uint64 {
 	s := w.of(key)
 	if e := s.state.Load(); e < oneInFlight {
 		return e

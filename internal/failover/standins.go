@@ -1,4 +1,6 @@
-package pool
+// Package failover is what a pool does while a server fails: its keys written to stand-ins
+// (Wrap) and what each server owes before it serves again (StandIns).
+package failover
 
 import (
 	"context"
@@ -7,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -34,8 +37,8 @@ type StandIns struct {
 	owing atomic.Int32 // len(owed), read on every placement without mu
 
 	mu   sync.Mutex
-	owed map[Server]*debt // guarded by mu
-	n    int              // keys remembered; guarded by mu
+	owed map[pool.Server]*debt // guarded by mu
+	n    int                   // keys remembered; guarded by mu
 
 	forgotten atomic.Uint64
 
@@ -59,11 +62,11 @@ type debt struct {
 
 // round is the stand-in writes remembered between two steps of a cleanup.
 type round struct {
-	keys    map[string]Server // key → the stand-in it was written to; nil: a replica's key (away)
-	writing sync.WaitGroup    // its writes not yet answered
+	keys    map[string]pool.Server // key → the stand-in it was written to; nil: a replica's key (away)
+	writing sync.WaitGroup         // its writes not yet answered
 }
 
-func newRound() *round { return &round{keys: make(map[string]Server)} }
+func newRound() *round { return &round{keys: make(map[string]pool.Server)} }
 
 // NewStandIns remembers at most max keys (max > 0). The goroutine that begins each owing
 // server's cleanup once it is up (watch) starts when a server first owes one; Close ends
@@ -72,7 +75,7 @@ func NewStandIns(max int, logger *slog.Logger) *StandIns {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	l := &StandIns{max: max, logger: logger, owed: make(map[Server]*debt), owed1: make(chan struct{}, 1)}
+	l := &StandIns{max: max, logger: logger, owed: make(map[pool.Server]*debt), owed1: make(chan struct{}, 1)}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	return l
 }
@@ -132,10 +135,10 @@ func (l *StandIns) startCleanups(now time.Time) {
 }
 
 // owe is home's debt, made when it has none; the caller holds mu.
-func (l *StandIns) owe(home Server, pool, name string) *debt {
+func (l *StandIns) owe(home pool.Server, poolName, name string) *debt {
 	d := l.owed[home]
 	if d == nil {
-		d = &debt{pool: pool, name: name, cur: newRound()}
+		d = &debt{pool: poolName, name: name, cur: newRound()}
 		l.owed[home] = d
 		l.owing.Add(1)
 		if !l.watching && l.ctx.Err() == nil {
@@ -161,8 +164,10 @@ func (l *StandIns) Remembered() int {
 // Forgotten counts the stand-in writes not remembered because max keys were.
 func (l *StandIns) Forgotten() uint64 { return l.forgotten.Load() }
 
-// owes reports whether s must clean up before it serves again.
-func (l *StandIns) owes(s Server) bool {
+var _ pool.Debts = (*StandIns)(nil)
+
+// Owes reports whether s must clean up before it serves again (pool.Debts).
+func (l *StandIns) Owes(s pool.Server) bool {
 	if l == nil || l.owing.Load() == 0 {
 		return false
 	}
@@ -176,13 +181,13 @@ func (l *StandIns) owes(s Server) bool {
 // to standIn. It returns the WaitGroup the write must call Done on once answered, or nil,
 // without recording anything, when home serves its keys again (the caller places the
 // write anew).
-func (l *StandIns) remember(home Server, pool, name string, key []byte, standIn Server) *sync.WaitGroup {
+func (l *StandIns) remember(home pool.Server, poolName, name string, key []byte, standIn pool.Server) *sync.WaitGroup {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.owed[home] == nil && home.Up() {
 		return nil // it came back since the placement, and owes nothing
 	}
-	r := l.owe(home, pool, name).cur
+	r := l.owe(home, poolName, name).cur
 	if _, ok := r.keys[string(key)]; ok || l.n < l.max {
 		if !ok {
 			l.n++
@@ -195,16 +200,16 @@ func (l *StandIns) remember(home Server, pool, name string, key []byte, standIn 
 	return &r.writing
 }
 
-// away records that key, of which home (member name of pool) is a replica, was written
+// Away records that key, of which home (member name of pool) is a replica, was written
 // without home: home was away (not serving) or did not take the write. home then serves no
 // read until key is deleted on it; past max keys remembered it is flushed instead.
-func (l *StandIns) away(home Server, pool, name string, key []byte) {
+func (l *StandIns) Away(home pool.Server, poolName, name string, key []byte) {
 	if l == nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	d := l.owe(home, pool, name)
+	d := l.owe(home, poolName, name)
 	r := d.cur
 	if _, ok := r.keys[string(key)]; ok {
 		return
@@ -225,9 +230,9 @@ const cleanupBatch = 512
 const cleanupTimeout = 30 * time.Second
 
 // cleanup runs the rounds of home's cleanup (see StandIns).
-func (l *StandIns) cleanup(home Server, d *debt) {
+func (l *StandIns) cleanup(home pool.Server, d *debt) {
 	defer l.wg.Done()
-	pool, name := d.pool, d.name
+	poolName, name := d.pool, d.name
 	deleted := 0
 	for {
 		l.mu.Lock()
@@ -243,11 +248,11 @@ func (l *StandIns) cleanup(home Server, d *debt) {
 				d.flush = true
 				d.cleaning, d.retryAt = false, time.Now().Add(time.Second)
 				l.mu.Unlock()
-				l.logger.Warn("replicas: server back but not answering flush_all; it keeps not serving its keys", "pool", pool, "server", name)
+				l.logger.Warn("replicas: server back but not answering flush_all; it keeps not serving its keys", "pool", poolName, "server", name)
 				return
 			}
 			l.logger.Info("replicas: server flushed before serving again: more keys were written while it was away than are remembered",
-				"pool", pool, "server", name)
+				"pool", poolName, "server", name)
 			continue
 		}
 		if len(r.keys) == 0 {
@@ -259,7 +264,7 @@ func (l *StandIns) cleanup(home Server, d *debt) {
 			r.writing.Wait() // writes not remembered (memory full) end before home serves
 			if deleted > 0 {
 				l.logger.Info("failover: server serves again after deleting the keys written to stand-ins meanwhile",
-					"pool", pool, "server", name, "keys", deleted)
+					"pool", poolName, "server", name, "keys", deleted)
 			}
 			return
 		}
@@ -279,7 +284,7 @@ func (l *StandIns) cleanup(home Server, d *debt) {
 			d.cleaning, d.retryAt = false, time.Now().Add(time.Second)
 			l.mu.Unlock()
 			l.logger.Warn("failover: server back but not answering deletes; it keeps not serving its keys",
-				"pool", pool, "server", name, "keys_owed", len(failed))
+				"pool", poolName, "server", name, "keys_owed", len(failed))
 			return
 		}
 		deleted += len(r.keys)
@@ -288,9 +293,9 @@ func (l *StandIns) cleanup(home Server, d *debt) {
 
 // deleteEverywhere deletes keys on their stand-ins and on home. It returns the keys home did
 // not answer for. A stand-in that does not answer keeps its copy until failover_ttl.
-func deleteEverywhere(ctx context.Context, home Server, keys map[string]Server) map[string]Server {
-	var failed map[string]Server
-	byStandIn := make(map[Server][]string)
+func deleteEverywhere(ctx context.Context, home pool.Server, keys map[string]pool.Server) map[string]pool.Server {
+	var failed map[string]pool.Server
+	byStandIn := make(map[pool.Server][]string)
 	for k, s := range keys {
 		byStandIn[s] = append(byStandIn[s], k)
 	}
@@ -306,7 +311,7 @@ func deleteEverywhere(ctx context.Context, home Server, keys map[string]Server) 
 	for k, ok := range deleteKeys(ctx, home, all) {
 		if !ok {
 			if failed == nil {
-				failed = make(map[string]Server)
+				failed = make(map[string]pool.Server)
 			}
 			failed[k] = keys[k]
 		}
@@ -315,17 +320,17 @@ func deleteEverywhere(ctx context.Context, home Server, keys map[string]Server) 
 }
 
 // flush empties s with flush_all and reports whether it answered OK.
-func flush(ctx context.Context, s Server) bool {
+func flush(ctx context.Context, s pool.Server) bool {
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
 	var resp [1]protocol.Response
-	err := Do(ctx, s, nil, &protocol.Request{Op: protocol.OpFlushAll}, resp[:])
+	err := pool.Do(ctx, s, nil, &protocol.Request{Op: protocol.OpFlushAll}, resp[:])
 	return err == nil && resp[0].Status == protocol.StatusOK
 }
 
 // deleteKeys deletes keys on s in batches and reports, per key, whether s answered (a
 // miss is an answer).
-func deleteKeys(ctx context.Context, s Server, keys []string) map[string]bool {
+func deleteKeys(ctx context.Context, s pool.Server, keys []string) map[string]bool {
 	answered := make(map[string]bool, len(keys))
 	for len(keys) > 0 {
 		n := min(len(keys), cleanupBatch)
@@ -336,7 +341,7 @@ func deleteKeys(ctx context.Context, s Server, keys []string) map[string]bool {
 		resps := make([]protocol.Response, n)
 		errs := make([]error, n)
 		ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		DoBatch(ctx, s, nil, reqs, resps, errs)
+		pool.DoBatch(ctx, s, nil, reqs, resps, errs)
 		cancel()
 		for i, k := range keys[:n] {
 			answered[k] = errs[i] == nil && resps[i].Status != protocol.StatusTempFailure

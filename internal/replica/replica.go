@@ -1,0 +1,675 @@
+// Package replica keeps each key of a pool on several of its members (pools.*.replicas):
+// the requests placed on a member go to their key's replicas (Wrap).
+package replica
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+
+	"github.com/moxi-proxy/moxi/internal/bgqueue"
+	"github.com/moxi-proxy/moxi/internal/failover"
+	"github.com/moxi-proxy/moxi/internal/itemcopy"
+	"github.com/moxi-proxy/moxi/internal/pool"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
+	"github.com/moxi-proxy/moxi/internal/writeguard"
+	"golang.org/x/sync/semaphore"
+)
+
+// Replication (a pool's replicas: N > 1). Each key lives on the N distinct members that
+// follow it on the ring (pool.ReplicaSetOf). A member's server is composed into a replica,
+// which sends each request it is given to the key's replicas' own servers:
+//
+//   - A write goes to every replica that serves (the others are away: remembered in
+//     StandIns, they serve no read until the key is deleted on them) and is answered after
+//     the write quorum; a replica that does not take it is away for the key from then on.
+//   - cas, incr/decr, append/prepend, add, replace and the meta equivalents are decided by
+//     the first replica that serves, and the item it then holds is carried to the others
+//     with set (or delete), so that replicas never diverge.
+//   - A read asks one replica (read_from) and on a miss or an error the next; a hit found
+//     after misses is copied to the replicas that missed it with add and its remaining TTL.
+//     gets, gats and mg with c read the first replica only: each server numbers its own cas.
+//
+// Writes of one key are serialised within the process (Options.Writes), from their first
+// send to their last answer: concurrent writes then reach every replica in the same order,
+// and a read's copy is made only if no write of its key's stripe began since the read did.
+
+// The write quorums and read orders of pools.*.write_quorum and pools.*.read_from.
+const (
+	QuorumAll      = "all"      // every replica that serves; one that fails is away, not a failure
+	QuorumMajority = "majority" // more than half of the replicas that serve
+	QuorumOne      = "one"      // the first answer
+	ReadFirst      = "first"    // ring order
+	ReadRandom     = "random"   // a random serving replica first, then ring order
+)
+
+// WriteQuorums are the names write_quorum takes.
+func WriteQuorums() []string { return []string{QuorumAll, QuorumMajority, QuorumOne} }
+
+// ReadFroms are the names read_from takes.
+func ReadFroms() []string { return []string{ReadFirst, ReadRandom} }
+
+// Options are a replicated pool's rules and what it shares with the process.
+type Options struct {
+	WriteQuorum string              // one of WriteQuorums(); "" is QuorumAll
+	ReadFrom    string              // one of ReadFroms(); "" is ReadFirst
+	Writes      *writeguard.Guard   // the process's guard of writes by key; nil: the pool's own
+	StandIns    *failover.StandIns  // where away replicas' keys are remembered; nil: nowhere
+	Background  *semaphore.Weighted // max_background_bytes of replica writes after their answer; nil: none
+	Repaired    func()              // called for each copy a read makes to a replica that missed
+}
+
+// Wrap wraps each member's server of pl (servers[i], what is under this layer) in a
+// replica, when pl keeps more than one copy of a key; it returns servers unchanged
+// otherwise.
+func Wrap(pl *pool.Pool, opts Options, servers []pool.Server) []pool.Server {
+	if pl.Replicas() < 2 {
+		return servers
+	}
+	if opts.Writes == nil {
+		opts.Writes = new(writeguard.Guard)
+	}
+	wrapped := make([]pool.Server, len(servers))
+	for i := range servers {
+		wrapped[i] = &replica{pool: pl, self: i, direct: servers, opts: &opts}
+	}
+	return wrapped
+}
+
+// replica is a member's server in a replicated pool: the requests the proxy places on the
+// member go to their keys' replicas (see Replication above).
+type replica struct {
+	pool   *pool.Pool
+	self   int           // the member's index
+	direct []pool.Server // every member's server under the replica: where requests are sent
+	opts   *Options
+}
+
+var _ pool.Server = (*replica)(nil)
+
+// away records that member i, a replica of key, was written without: it serves no read of
+// key until key is deleted on it.
+func (r *replica) away(i int, key []byte) {
+	m := r.pool.Member(i)
+	r.opts.StandIns.Away(m.Base, r.pool.Name(), m.Name, key)
+}
+
+// do executes one request on its key's replicas, waiting for them.
+func (r *replica) do(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	switch {
+	case req.Op.IsRetrieval():
+		return r.read(ctx, order, req, resps)
+	case req.Op == protocol.OpMetaGet:
+		return r.metaGet(ctx, order, req, resps)
+	case req.Op.ChangesKey():
+		return r.write(ctx, order, req, resps)
+	}
+	return pool.Do(ctx, r.direct[r.self], order, req, resps) // no key: the member's own server
+}
+
+// Start starts a lone plain write (the kind a fan-out sends, see fanOut) on every serving
+// replica without a goroutine waiting for it: the replicas' answers finish it. Anything
+// else — a run (each request may go to other servers), a read, a write whose key's lock is
+// taken — is executed one request after the other on a goroutine that waits (do).
+func (r *replica) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	if !r.startWrite(ctx, order, reqs, resps, errs, done) {
+		pool.StartWaiting(ctx, order, reqs, resps, errs, done, r.do)
+	}
+}
+
+// startWrite is Start's way without a wait, for a lone plain write whose key's lock is
+// free and whose key has a serving replica; false, having done nothing, for anything else.
+func (r *replica) startWrite(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) bool {
+	if len(reqs) != 1 || !reqs[0].Op.ChangesKey() || decided(&reqs[0]) {
+		return false
+	}
+	p := r.pool
+	req := &reqs[0]
+	unlock, ok := r.opts.Writes.TryLock(req.Key)
+	if !ok {
+		return false
+	}
+	set := p.ReplicaSetOf(req.Key)
+	var targets [pool.MaxReplicas]int
+	n := 0
+	for _, i := range set.Idx[:set.N] {
+		if !p.Serving(i) {
+			continue
+		}
+		targets[n] = i
+		n++
+	}
+	if n == 0 {
+		unlock()
+		return false // answered by write, which remembers the away replicas
+	}
+	for _, i := range set.Idx[:set.N] {
+		if !slices.Contains(targets[:n], i) {
+			r.away(i, req.Key)
+		}
+	}
+	f, req := r.newFan(req, targets[:n], unlock)
+	f.answer = func(resp protocol.Response, err error) { resps[0], errs[0] = resp, err; done() }
+	f.closed = true // the replicas may answer before the request's turn is given on (open)
+	// The request's one dispatch is once every send is on its way (or on a goroutine of
+	// its own, which the key's lock keeps ahead of the key's next request).
+	each, dispatched := order.Defer()
+	if f.weight > 0 {
+		ctx = context.WithoutCancel(ctx) // a send may outlive the request (see fanOut)
+	}
+	for j, i := range targets[:n] {
+		s := &f.sends[j]
+		s.req[0] = *req
+		r.direct[i].Start(ctx, each, s.req[:], s.resp[:], s.err[:], func() { f.collect(s) })
+	}
+	dispatched()
+	f.open() // only now may the answer end the request, and its turn with it
+	return true
+}
+
+// fan is a write sent to several replicas: it is answered once the quorum has taken it, and
+// ends its key's lock once every replica has answered.
+type fan struct {
+	r      *replica
+	key    []byte
+	n      int
+	need   int
+	first  int   // the first target: the one whose cas an answer with a cas must carry
+	cas    bool  // the answer carries a cas (binary, or meta with c)
+	weight int64 // of max_background_bytes, held until every replica answered
+	unlock func()
+	answer func(protocol.Response, error)
+	sends  []fanSend
+
+	mu                     sync.Mutex
+	got, acks              int
+	best                   protocol.Response // an acknowledgement, the first's if it gave one
+	bestIsFirst, firstDone bool
+	failure                protocol.Response // a replica's failure answered as a status
+	err                    error             // a replica's failure to answer
+	answered               bool
+	// closed holds the answer back until open: the request, answered, ends, and its turn
+	// with it, which the sender still gives on after starting the sends (startWrite).
+	closed bool
+}
+
+type fanSend struct {
+	member int
+	req    [1]protocol.Request
+	resp   [1]protocol.Response
+	err    [1]error
+}
+
+// newFan prepares req's fan over targets. When the quorum lets it answer before every
+// replica has, the sends after the answer hold a copy of req (returned), counted against
+// max_background_bytes; past that budget the answer waits for every replica.
+func (r *replica) newFan(req *protocol.Request, targets []int, unlock func()) (*fan, *protocol.Request) {
+	n := len(targets)
+	_, c := req.Meta.Flag('c')
+	f := &fan{r: r, n: n, need: r.quorum(n), first: targets[0], cas: req.Binary || (req.Op.IsMeta() && c), unlock: unlock}
+	if f.need < n {
+		f.weight = bgqueue.Weight(req, bgqueue.Memory)
+		if r.opts.Background != nil && r.opts.Background.TryAcquire(f.weight) {
+			c := bgqueue.CopyRequest(req)
+			req = &c
+		} else {
+			f.need, f.weight = n, 0
+		}
+	}
+	f.key = req.Key
+	f.sends = make([]fanSend, n)
+	for j, i := range targets {
+		f.sends[j].member = i
+	}
+	return f, req
+}
+
+// collect takes one replica's answer.
+func (f *fan) collect(s *fanSend) {
+	r := f.r
+	ok := acked(&s.resp[0], s.err[0])
+	if !ok {
+		r.away(s.member, f.key)
+	}
+	f.mu.Lock()
+	f.got++
+	isFirst := s.member == f.first
+	f.firstDone = f.firstDone || isFirst
+	switch {
+	case ok:
+		f.acks++
+		if isFirst || (!f.bestIsFirst && (f.acks == 1 || (f.best.Status != protocol.StatusOK && s.resp[0].Status == protocol.StatusOK))) {
+			f.best, f.bestIsFirst = s.resp[0], isFirst
+		}
+	case s.err[0] != nil:
+		f.err = s.err[0]
+	default:
+		f.failure = s.resp[0]
+	}
+	answer, resp, err := f.dueLocked()
+	last := f.got == f.n
+	f.mu.Unlock()
+	if answer {
+		f.answer(resp, err)
+	}
+	if last {
+		f.unlock()
+		if f.weight > 0 {
+			r.opts.Background.Release(f.weight)
+		}
+	}
+}
+
+// dueLocked reports whether the write is to be answered now (f.mu held), and with what: once
+// the quorum took it (the first replica among them when the answer carries a cas), or every
+// replica answered, and only once.
+func (f *fan) dueLocked() (bool, protocol.Response, error) {
+	if f.answered || f.closed || !((f.acks >= f.need && (f.firstDone || !f.cas)) || f.got == f.n) {
+		return false, protocol.Response{}, nil
+	}
+	f.answered = true
+	resp, err := f.result()
+	return true, resp, err
+}
+
+// open lets the answer go: at once, when the replicas that it waits for have answered.
+func (f *fan) open() {
+	f.mu.Lock()
+	f.closed = false
+	answer, resp, err := f.dueLocked()
+	f.mu.Unlock()
+	if answer {
+		f.answer(resp, err)
+	}
+}
+
+// quorum is the acknowledgements a write to n serving replicas waits for.
+func (r *replica) quorum(n int) int {
+	switch r.opts.WriteQuorum {
+	case QuorumMajority:
+		return n/2 + 1
+	case QuorumOne:
+		return 1
+	}
+	return n
+}
+
+// result is the write's answer once the quorum took it, or every replica answered (f.mu
+// held): the quorum's, or the failure of a replica when none took it.
+func (f *fan) result() (protocol.Response, error) {
+	switch {
+	case f.acks >= f.need || (f.r.opts.WriteQuorum == QuorumAll && f.acks > 0):
+		// all: a replica that failed is away for the key, so every other has taken it.
+		return f.best, nil
+	case f.acks > 0:
+		return protocol.Response{Status: protocol.StatusTempFailure, Msg: "the write quorum was not reached"}, nil
+	case f.err != nil:
+		return protocol.Response{}, f.err // as a server that did not answer
+	}
+	return f.failure, nil
+}
+
+func (r *replica) Up() bool { return r.direct[r.self].Up() }
+
+func (r *replica) Info() pool.Info { return r.direct[r.self].Info() }
+
+// Stats are the member's server's and "away": 1 while it is up but owes keys, and serves
+// no read until they are deleted on it (the contract's states stay up, dead, migrating).
+func (r *replica) Stats() []protocol.Stat {
+	away := "0"
+	if r.Up() && r.opts.StandIns.Owes(r.pool.Member(r.self).Base) {
+		away = "1"
+	}
+	return append(r.direct[r.self].Stats(), protocol.Stat{Name: "away", Value: away})
+}
+
+// Close does nothing: whoever made the server (the topology's builder) closes it.
+func (r *replica) Close() error { return nil }
+
+// errNoReplica fails a request none of whose key's replicas serves.
+var errNoReplica = errors.New("no replica of the key is serving")
+
+// acked reports whether a replica took a write: it answered, and not with a failure of its own.
+func acked(resp *protocol.Response, err error) bool {
+	return err == nil && resp.Status != protocol.StatusTempFailure && resp.Status != protocol.StatusNoMemory
+}
+
+// succeeded reports whether a decided write changed the item (its result is to be carried).
+func succeeded(req *protocol.Request, resp *protocol.Response) bool {
+	if req.Op.IsMeta() {
+		return resp.Meta.Code == protocol.MetaHD || resp.Meta.Code == protocol.MetaVA
+	}
+	return resp.Status == protocol.StatusOK
+}
+
+// decided reports whether req's outcome depends on the item it finds, so that the first
+// serving replica decides it and its result is carried to the others.
+func decided(req *protocol.Request) bool {
+	switch req.Op {
+	case protocol.OpAdd, protocol.OpReplace, protocol.OpAppend, protocol.OpPrepend, protocol.OpCas,
+		protocol.OpIncr, protocol.OpDecr, protocol.OpMetaArithmetic:
+		return true
+	case protocol.OpSet, protocol.OpDelete:
+		return req.Cas != 0 // a binary compare
+	case protocol.OpMetaSet:
+		return req.Meta.HasCas || req.Meta.Invalidate || (req.Meta.Mode != 0 && req.Meta.Mode != 'S' && req.Meta.Mode != 's')
+	case protocol.OpMetaDelete:
+		_, x := req.Meta.Flag('x')
+		return req.Meta.HasCas || req.Meta.Invalidate || x
+	}
+	return false
+}
+
+// write sends a write to key's replicas (see Replication above).
+func (r *replica) write(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	p := r.pool
+	unlock := r.opts.Writes.Lock(req.Key)
+	set := p.ReplicaSetOf(req.Key)
+	var targets [pool.MaxReplicas]int
+	n := 0
+	for _, i := range set.Idx[:set.N] {
+		if p.Serving(i) {
+			targets[n] = i
+			n++
+		} else {
+			// Before the write is sent anywhere: from then on the replica owes the key.
+			r.away(i, req.Key)
+		}
+	}
+	if n == 0 {
+		unlock()
+		order.Dispatched()
+		return errNoReplica
+	}
+	if decided(req) {
+		defer unlock()
+		return r.decide(ctx, order, req, resps, targets[:n])
+	}
+	return r.fanOut(ctx, order, req, resps, targets[:n], unlock)
+}
+
+// fanOut sends req to every target at once and answers after the pool's write quorum; the
+// rest finish in the background (see newFan), and end the write's lock (unlock) when they
+// are done.
+func (r *replica) fanOut(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response, targets []int, unlock func()) error {
+	f, req := r.newFan(req, targets, unlock)
+	if f.weight > 0 {
+		// The answer leaves sends running after the client's request is gone: a context
+		// that outlives it (each send ends within its server's timeout).
+		ctx = context.WithoutCancel(ctx)
+	}
+	// The sends' turn, given on at the answer: the key's lock keeps the key's next request
+	// behind the sends still running.
+	send, sent := order.Defer()
+	type result struct {
+		resp protocol.Response
+		err  error
+	}
+	answered := make(chan result, 1)
+	f.answer = func(resp protocol.Response, err error) { answered <- result{resp, err} }
+	for j, i := range targets {
+		s := &f.sends[j]
+		s.req[0] = *req
+		go func() {
+			s.err[0] = pool.Do(ctx, r.direct[i], send, &s.req[0], s.resp[:])
+			f.collect(s)
+		}()
+	}
+	res := <-answered
+	sent()
+	resps[0] = res.resp
+	return res.err
+}
+
+// decide has the first target decide req, and carries the item it then holds to the others.
+func (r *replica) decide(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response, targets []int) error {
+	each, done := order.Defer()
+	defer done()
+	first := targets[0]
+	if err := pool.Do(ctx, r.direct[first], each, req, resps); err != nil {
+		// It may have landed there: the others keep their item, but the first owes the key.
+		r.away(first, req.Key)
+		return err
+	}
+	if !succeeded(req, &resps[0]) || len(targets) == 1 {
+		return nil
+	}
+	get := itemcopy.Get(req.Key)
+	var got [1]protocol.Response
+	carry := protocol.Request{Op: protocol.OpDelete, Key: req.Key}
+	if err := pool.Do(ctx, r.direct[first], each, &get, got[:]); err != nil {
+		// What the first holds now is unknown, and it is failing: the write is not
+		// acknowledged, so the others' item stays right, and the first owes the key.
+		r.away(first, req.Key)
+		resps[0] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "the replica that decided the write did not answer after it"}
+		return nil
+	}
+	if it := itemcopy.Parse(&got[0]); it.Found {
+		if exptime, ok := itemcopy.Exptime(it.TTL); ok {
+			carry = itemcopy.Store(protocol.OpSet, req.Key, &it, exptime)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, i := range targets[1:] {
+		wg.Go(func() {
+			var one [1]protocol.Response
+			err := pool.Do(ctx, r.direct[i], each, &carry, one[:])
+			if !acked(&one[0], err) {
+				r.away(i, req.Key)
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// readOrder is the replicas of key a read asks, in the order it asks them: the serving
+// ones, the first of them at random with read_from random unless firstOnly; with firstOnly
+// only the first.
+func (r *replica) readOrder(key []byte, firstOnly bool) pool.ReplicaSet {
+	p := r.pool
+	all := p.ReplicaSetOf(key)
+	var s pool.ReplicaSet
+	for _, i := range all.Idx[:all.N] {
+		if p.Serving(i) {
+			s.Idx[s.N] = i
+			s.N++
+		}
+	}
+	if firstOnly {
+		s.N = min(s.N, 1)
+	} else if s.N > 1 && r.opts.ReadFrom == ReadRandom {
+		j := rand.IntN(s.N)
+		s.Idx[0], s.Idx[j] = s.Idx[j], s.Idx[0]
+	}
+	return s
+}
+
+// read answers a retrieval of one or more keys: one batch per server per round, the keys
+// that missed or failed asked of their next replica in the next round.
+func (r *replica) read(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	firstOnly := req.Op == protocol.OpGets || req.Op == protocol.OpGats
+	n := len(req.Keys)
+	orders := make([]pool.ReplicaSet, n)
+	tried := make([]int, n)      // replicas of orders[k] asked so far
+	missed := make([][]int, n)   // replicas that answered a miss, for the copy
+	epochs := make([]uint64, n)  // the key's stripe's epoch before its first read
+	answered := make([]bool, n)  // some replica answered (a hit, or a miss)
+	pending := make([]int, 0, n) // keys to ask in this round
+	var lastErr error
+	for k, key := range req.Keys {
+		orders[k] = r.readOrder(key, firstOnly)
+		epochs[k] = r.opts.Writes.Settled(key)
+		if orders[k].N == 0 {
+			lastErr = errNoReplica
+			continue
+		}
+		pending = append(pending, k)
+	}
+	if len(pending) == 0 {
+		order.Dispatched()
+		return errNoReplica
+	}
+	// The first round is the request's dispatch: its own when it asks one server, else
+	// one for all of them once they have answered. Later rounds go after it.
+	turnOf, roundDone := order, func() {}
+	for round := 0; len(pending) > 0; round++ {
+		groups := make(map[int][]int) // server → keys
+		for _, k := range pending {
+			s := orders[k].Idx[tried[k]]
+			groups[s] = append(groups[s], k)
+		}
+		switch {
+		case round == 0 && len(groups) > 1:
+			turnOf, roundDone = order.Defer()
+		case round > 0 && turnOf == order:
+			turnOf = order.After()
+		}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var next []int
+		for s, ks := range groups {
+			ask := func() {
+				sub := *req
+				sub.Keys = make([][]byte, len(ks))
+				for j, k := range ks {
+					sub.Keys[j] = req.Keys[k]
+				}
+				out := make([]protocol.Response, len(ks))
+				err := pool.Do(ctx, r.direct[s], turnOf, &sub, out)
+				mu.Lock()
+				defer mu.Unlock()
+				for j, k := range ks {
+					tried[k]++
+					switch {
+					case err != nil || out[j].Status == protocol.StatusTempFailure:
+						if err != nil {
+							lastErr = err
+						} else if !answered[k] {
+							resps[k] = out[j]
+						}
+					case out[j].Status == protocol.StatusOK:
+						resps[k], answered[k] = out[j], true
+						continue
+					default:
+						resps[k], answered[k] = out[j], true
+						missed[k] = append(missed[k], s)
+					}
+					if tried[k] < orders[k].N {
+						next = append(next, k)
+					}
+				}
+			}
+			if len(groups) == 1 {
+				ask() // the usual case: no goroutine
+			} else {
+				wg.Go(ask)
+			}
+		}
+		wg.Wait()
+		roundDone()
+		roundDone = func() {}
+		pending = next
+	}
+	var repairs []int
+	some := false
+	for k := range n {
+		some = some || answered[k] || resps[k].Status == protocol.StatusTempFailure
+		if answered[k] && resps[k].Status == protocol.StatusOK && len(missed[k]) > 0 {
+			repairs = append(repairs, k)
+		}
+	}
+	if !some && lastErr != nil {
+		return lastErr // no replica of any key answered: as a server that did not
+	}
+	for k := range n {
+		if !answered[k] && resps[k].Status != protocol.StatusTempFailure {
+			resps[k] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "no replica of the key answered", Key: req.Keys[k]}
+		}
+	}
+	for _, k := range repairs {
+		gatExptime := int64(-1)
+		if req.Op == protocol.OpGat {
+			gatExptime = req.Exptime
+		}
+		r.repair(ctx, turnOf, req.Keys[k], orders[k].Idx[tried[k]-1], missed[k], epochs[k], gatExptime)
+	}
+	return nil
+}
+
+// metaGet answers an mg: from the first serving replica, and after a miss from the next,
+// unless its flags ask for what only one server can answer (c) or change the item (N T E R).
+func (r *replica) metaGet(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response) error {
+	m := &req.Meta
+	_, cas := m.Flag('c')
+	_, e := m.Flag('E')
+	firstOnly := cas || e || m.Vivify || m.HasTTL || m.Recache
+	orderOf := r.readOrder(req.Key, firstOnly)
+	if orderOf.N == 0 {
+		order.Dispatched()
+		return errNoReplica
+	}
+	epoch := r.opts.Writes.Settled(req.Key)
+	turnOf := order
+	var missed []int
+	var err error
+	for j, s := range orderOf.Idx[:orderOf.N] {
+		if j == 1 {
+			turnOf = order.After()
+		}
+		var one [1]protocol.Response
+		if err = pool.Do(ctx, r.direct[s], turnOf, req, one[:]); err != nil {
+			continue
+		}
+		resps[0] = one[0]
+		switch one[0].Meta.Code {
+		case protocol.MetaEN:
+			missed = append(missed, s)
+			continue
+		case protocol.MetaVA, protocol.MetaHD:
+			if len(missed) > 0 {
+				r.repair(ctx, turnOf, req.Key, s, missed, epoch, -1)
+			}
+		}
+		return nil
+	}
+	if len(missed) > 0 {
+		return nil // the last miss stands
+	}
+	return err
+}
+
+// repair copies key from replica from to the replicas that missed it, with add and its
+// remaining TTL (or exptime, a gat's, when ≥ 0), unless a write of its stripe began since
+// epoch, before the read.
+func (r *replica) repair(ctx context.Context, order *turn.Turn, key []byte, from int, missed []int, epoch uint64, exptime int64) {
+	get := itemcopy.Get(key)
+	var got [1]protocol.Response
+	if err := pool.Do(ctx, r.direct[from], order, &get, got[:]); err != nil {
+		return
+	}
+	it := itemcopy.Parse(&got[0])
+	if !it.Found {
+		return
+	}
+	if exptime < 0 {
+		var ok bool
+		if exptime, ok = itemcopy.Exptime(it.TTL); !ok {
+			return
+		}
+	}
+	add := itemcopy.Store(protocol.OpAdd, key, &it, exptime)
+	r.opts.Writes.IfQuiet(key, epoch, func() {
+		for _, i := range missed {
+			var one [1]protocol.Response
+			if err := pool.Do(ctx, r.direct[i], order, &add, one[:]); err == nil && one[0].Status == protocol.StatusOK {
+				if r.opts.Repaired != nil {
+					r.opts.Repaired()
+				}
+			}
+		}
+	})
+}

@@ -39,6 +39,8 @@ type Flight[V any] struct {
 	hash  uint64        // of space and key
 	next  *Flight[V]    // the next flight whose key has the same hash
 	done  chan struct{} // made by the first follower; closed by Finish
+	then  []func()      // followers' callbacks (Then), called by Finish
+	ended bool          // Finish ran: a Then calls its callback at once
 }
 
 // Start joins the fetch of key of space in progress, or starts one and makes the caller
@@ -100,10 +102,14 @@ func (g *Group[V]) unlink(f *Flight[V]) {
 func (g *Group[V]) Finish(f *Flight[V]) {
 	g.mu.Lock()
 	g.unlink(f)
-	done := f.done
+	done, then := f.done, f.then
+	f.ended, f.then = done != nil, nil
 	g.mu.Unlock()
 	if done != nil {
 		close(done)
+		for _, fn := range then {
+			fn()
+		}
 		return
 	}
 	// Nobody followed, and nobody can now: the flight is free for the next fetch.
@@ -134,6 +140,20 @@ func (f *Flight[V]) Wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Then calls fn once the leader's result is in: at once, on the caller's goroutine, when it
+// is already; else on the leader's, in Finish. Only a follower calls it (f from Start with
+// leader false): a follower that must not wait.
+func (g *Group[V]) Then(f *Flight[V], fn func()) {
+	g.mu.Lock()
+	if !f.ended {
+		f.then = append(f.then, fn)
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	fn()
 }
 
 // ForgetAll makes every fetch in progress unjoinable (after flush_all).

@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -172,5 +173,31 @@ func TestCollidingFlightsStayApart(t *testing.T) {
 	g.Finish(flights[2])
 	if len(g.flights) != 0 {
 		t.Fatalf("%d chains left after every flight finished", len(g.flights))
+	}
+}
+
+// TestThenCallsBackOnce: a follower's callback runs once the leader finishes — on the
+// leader's goroutine when it was registered before, at once when after — and sees the
+// leader's result.
+func TestThenCallsBackOnce(t *testing.T) {
+	var g Group[string]
+	f, leader := g.Start("main", []byte("k"))
+	if !leader {
+		t.Fatal("the first Start does not lead")
+	}
+	joined, leader := g.Start("main", []byte("k"))
+	if leader || joined != f {
+		t.Fatal("the second Start does not follow the first")
+	}
+	var got []string
+	g.Then(joined, func() { got = append(got, "before:"+joined.Val) })
+	if len(got) != 0 {
+		t.Fatal("the callback ran before the leader finished")
+	}
+	f.Val = "v"
+	g.Finish(f)
+	g.Then(joined, func() { got = append(got, "after:"+joined.Val) })
+	if want := []string{"before:v", "after:v"}; !slices.Equal(got, want) {
+		t.Fatalf("callbacks ran %q, want %q", got, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -146,57 +147,99 @@ func (l Listener) Handle(ctx context.Context, order *turn.Turn, reqs []protocol.
 
 // Start is Proxy.Start for the listener's clients.
 func (l Listener) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
-	return l.p.start(ctx, order, l.addr, reqs, resps, done)
+	return l.p.start(ctx, order, l.p.topology(l.addr), reqs, resps, done)
 }
 
-// handle is Handle for the clients of the listener at listener ("": the main one).
+// handle is Handle for the clients of the listener at listener ("": the main one): Start,
+// waiting for it, else the requests Start does not take.
 func (p *Proxy) handle(ctx context.Context, order *turn.Turn, listener string, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
-	t := p.topo.Load().InService(time.Now()).ForListener(listener)
-	if len(reqs) == 1 {
-		return p.handleOne(ctx, order, t, &reqs[0], resps)
-	}
+	t := p.topology(listener)
 	base := len(resps)
-	for range reqs {
+	n := len(reqs)
+	if n == 1 && reqs[0].Op.IsRetrieval() {
+		n = len(reqs[0].Keys)
+	}
+	for range n {
 		resps = append(resps, protocol.Response{})
 	}
-	p.run(ctx, order, t, reqs, resps[base:])
+	if p.startAndWait(ctx, order, t, reqs, resps[base:]) {
+		return resps
+	}
+	if len(reqs) == 1 {
+		p.handleOne(ctx, order, t, &reqs[0], resps[base:])
+	} else {
+		p.run(ctx, order, t, reqs, resps[base:])
+	}
 	return resps
 }
 
-// handleOne answers a lone request on t, appending its responses to resps.
-func (p *Proxy) handleOne(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, resps []protocol.Response) []protocol.Response {
+// startAndWait is start, waiting for its answers: false when start did not take reqs.
+func (p *Proxy) startAndWait(ctx context.Context, order *turn.Turn, t *topology.Topology, reqs []protocol.Request, resps []protocol.Response) bool {
+	w := getWaiter()
+	if !p.start(ctx, order, t, reqs, resps, w.doneFunc) {
+		putWaiter(w)
+		return false
+	}
+	<-w.done
+	putWaiter(w)
+	return true
+}
+
+// waiter is what startAndWait waits on: pooled, as it serves every request Handle takes.
+type waiter struct {
+	done     chan struct{}
+	doneFunc func()
+}
+
+var waiters = sync.Pool{New: func() any {
+	w := &waiter{done: make(chan struct{}, 1)}
+	w.doneFunc = func() { w.done <- struct{}{} }
+	return w
+}}
+
+func getWaiter() *waiter  { return waiters.Get().(*waiter) }
+func putWaiter(w *waiter) { waiters.Put(w) }
+
+// handleOne answers a lone request that Start does not take, in one (resps[0]): a request
+// without a key, or a fire-and-forget write.
+func (p *Proxy) handleOne(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, one []protocol.Response) {
 	start := time.Now()
-	base := len(resps)
 	switch {
-	case req.Op.IsRetrieval():
-		resps = p.retrieve(ctx, order, t, req, resps)
-	case req.Op == protocol.OpFlushAll && t.NoFlushAll:
-		resps = append(resps, flushRefused)
-	case req.Op == protocol.OpFlushAll:
-		resps = append(resps, p.everyServer(ctx, order, t, req))
+	case req.Op == protocol.OpFlushAll && !t.NoFlushAll:
+		one[0] = p.everyServer(ctx, order, t, req)
 		if t.Hot != nil {
 			t.Hot.Purge()
 		}
 		p.flights.ForgetAll()
-	case req.Op == protocol.OpCacheMemlimit && t.NoFlushAll:
-		resps = append(resps, memlimitRefused)
-	case req.Op == protocol.OpCacheMemlimit:
-		resps = append(resps, p.everyServer(ctx, order, t, req))
-	case req.Op == protocol.OpVersion:
-		resps = append(resps, protocol.Response{Value: []byte(p.version)})
-	case req.Op == protocol.OpVerbosity:
-		resps = append(resps, protocol.Response{}) // moxi logs by --log-level; accepted like memcached
-	case req.Op == protocol.OpStats:
-		resps = append(resps, p.statsResponse(ctx, t, req))
-	case req.Op.IsMeta():
-		resps = append(resps, protocol.Response{})
-		p.meta(ctx, order, t, req, resps[base:])
-	default:
-		resps = append(resps, protocol.Response{})
-		p.write(ctx, order, t, req, resps[base:])
+		p.account(req, one, time.Since(start).Seconds())
+		return
+	case req.Op == protocol.OpCacheMemlimit && !t.NoFlushAll:
+		one[0] = p.everyServer(ctx, order, t, req)
+		p.account(req, one, time.Since(start).Seconds())
+		return
 	}
-	p.account(req, resps[base:], time.Since(start).Seconds())
-	return resps
+	order.Dispatched() // the rest sends nothing in the connection's order
+	switch {
+	case req.Op == protocol.OpFlushAll:
+		one[0] = flushRefused
+	case req.Op == protocol.OpCacheMemlimit:
+		one[0] = memlimitRefused
+	case req.Op == protocol.OpVersion:
+		one[0] = protocol.Response{Value: []byte(p.version)}
+	case req.Op == protocol.OpVerbosity:
+		one[0] = protocol.Response{} // moxi logs by --log-level; accepted like memcached
+	case req.Op == protocol.OpStats:
+		one[0] = p.statsResponse(ctx, t, req)
+	case req.Op == protocol.OpMetaNoop:
+		one[0] = protocol.Response{Meta: protocol.MetaAnswer{Code: protocol.MetaMN}}
+	case inBackground(t, req):
+		p.beginWrite(t, req.Key)
+		one[0] = p.enqueue(ctx, req)
+		p.endWrite(t, req.Key)
+	default:
+		one[0] = protocol.Response{Status: protocol.StatusUnknownCommand} // never: Start takes every other request
+	}
+	p.account(req, one, time.Since(start).Seconds())
 }
 
 // account counts a request answered with resps, which took seconds (the requests of a run

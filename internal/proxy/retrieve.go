@@ -11,104 +11,6 @@ import (
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
-// retrieve answers a get, gets, gat or gats, in the client's key order: from the hot cache
-// where it can, by joining a fetch of the same key already in flight where dedup allows,
-// and for the rest from the servers (see fetch).
-func (p *Proxy) retrieve(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, resps []protocol.Response) []protocol.Response {
-	base := len(resps)
-	for range req.Keys {
-		resps = append(resps, protocol.Response{})
-	}
-	out := resps[base:]
-	switch {
-	case req.Op == protocol.OpGat || req.Op == protocol.OpGats:
-		// A touch: neither served from the cache nor shared, and it ends what is cached.
-		p.fetch(ctx, order, t, req, out, nil)
-		for _, k := range req.Keys {
-			p.settle(t, k)
-		}
-	case t.Hot == nil && !t.Dedup:
-		p.fetch(ctx, order, t, req, out, nil)
-	case len(req.Keys) == 1:
-		p.retrieveOne(ctx, order, t, req, out)
-	default:
-		p.retrieveShared(ctx, order, t, req, out)
-	}
-	return resps
-}
-
-// retrieveOne is retrieveShared for the common single-key get, without its bookkeeping.
-func (p *Proxy) retrieveOne(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, out []protocol.Response) {
-	k := req.Keys[0]
-	space := t.PoolFor(k).Name()
-	hit, hot, epoch := p.hotLookup(t, space, k, &out[0])
-	if hit {
-		return
-	}
-	var f *dedup.Flight[protocol.Response]
-	if t.Dedup && !p.writes.InFlight(k) {
-		var leader bool
-		if f, leader = p.flights.Start(space, k); !leader {
-			p.follow(ctx, f, k, &out[0])
-			p.metrics.coalesced.Inc()
-			return
-		}
-	}
-	p.fetch(ctx, order, t, req, out, nil)
-	p.publish(t, space, k, &out[0], hot, epoch, f)
-}
-
-// retrieveShared is retrieve with the hot cache and dedup. The request leads the fetch of
-// every key nobody else is fetching, fetches those in one go, publishes them, and only then
-// waits for the keys others lead: since every request finishes what it leads before it
-// waits, two requests leading each other's keys cannot wait for each other.
-func (p *Proxy) retrieveShared(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, out []protocol.Response) {
-	type lead struct {
-		i      int
-		space  string                           // the key's pool
-		flight *dedup.Flight[protocol.Response] // nil without dedup
-		hot    bool
-		epoch  hotcache.Ticket
-	}
-	type follow struct {
-		i      int
-		flight *dedup.Flight[protocol.Response]
-	}
-	var leads []lead
-	var follows []follow
-	for i, k := range req.Keys {
-		space := t.PoolFor(k).Name()
-		hit, hot, epoch := p.hotLookup(t, space, k, &out[i])
-		if hit {
-			continue
-		}
-		l := lead{i: i, space: space, hot: hot, epoch: epoch}
-		if t.Dedup && !p.writes.InFlight(k) {
-			f, leader := p.flights.Start(space, k)
-			if !leader {
-				follows = append(follows, follow{i, f})
-				continue
-			}
-			l.flight = f
-		}
-		leads = append(leads, l)
-	}
-	if len(leads) > 0 {
-		idx := make([]int, len(leads))
-		for j, l := range leads {
-			idx[j] = l.i
-		}
-		p.fetch(ctx, order, t, req, out, idx)
-	}
-	for _, l := range leads {
-		p.publish(t, l.space, req.Keys[l.i], &out[l.i], l.hot, l.epoch, l.flight)
-	}
-	for _, f := range follows {
-		p.follow(ctx, f.flight, req.Keys[f.i], &out[f.i])
-	}
-	p.metrics.coalesced.Add(float64(len(follows)))
-}
-
 // hotLookup answers key k of the pool named space from the hot cache into r (hit). For a
 // hot key it missed, it returns the epoch that publish needs to cache what the fetch
 // brings.
@@ -136,29 +38,6 @@ func (p *Proxy) publish(t *topology.Topology, space string, k []byte, r *protoco
 		f.Val.Key = nil // the leader's key bytes belong to its connection
 		p.flights.Finish(f)
 	}
-}
-
-// follow waits for another request's fetch of k and takes its answer.
-func (p *Proxy) follow(ctx context.Context, f *dedup.Flight[protocol.Response], k []byte, r *protocol.Response) {
-	if err := f.Wait(ctx); err != nil {
-		*r = protocol.Response{Status: protocol.StatusTempFailure, Msg: err.Error()}
-	} else {
-		*r = f.Val
-	}
-	r.Key = k
-}
-
-// fetch gets req.Keys[i] for every i in idx (every key when idx is nil) from the servers
-// into out[i]: a single key straight from its server, several split by server and sent as
-// one request per server in parallel. (A pool's warm_from and backup pools are its
-// servers' business: package route.)
-func (p *Proxy) fetch(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, out []protocol.Response, idx []int) {
-	if len(req.Keys) == 1 {
-		pl := t.PoolFor(req.Keys[0])
-		p.do(ctx, order, pl, req.Keys[0], req, out)
-		return
-	}
-	p.fanOut(ctx, order, t.PoolFor, req, out, idx)
 }
 
 // fanOut fetches req.Keys[i] for every i in idx (all keys when idx is nil) into out[i],

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/dedup"
@@ -14,68 +15,105 @@ import (
 	"github.com/moxi-proxy/moxi/internal/walk"
 )
 
-// Start answers a run as Handle does, without a goroutine waiting for it: the run goes to
-// its server as one batch (pool.Server.Start), or to each of its servers its share
-// (pool.StartParts), and whoever finishes the last calls done, once. A lone get of many
-// keys is taken as well, as one request. It takes the common case only: no feature of the
-// proxy's that acts after the answer (a hot key, fire-and-forget, a touch), and for a lone
-// get, fetches of its keys by others to join only when it leads some itself. It reports
-// false, having done nothing, for anything else: the caller then runs the request as
-// before.
+// Start answers reqs as Handle does, without a goroutine waiting for it: a lone
+// retrieval from the hot cache, the fetches of its keys others lead (dedup) and the
+// servers; a run, or a lone single-key request, sent to its server as one batch
+// (pool.Server.Start), or to each of its servers its share (pool.StartParts). Whoever
+// finishes the last calls done, once. It reports false, having done nothing, for what only
+// Handle answers: a request without a key (stats, flush_all, version…), a fire-and-forget
+// write, a run with a hot-cache key.
 func (p *Proxy) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
-	return p.start(ctx, order, "", reqs, resps, done)
+	return p.start(ctx, order, p.topology(""), reqs, resps, done)
 }
 
-// start is Start for the clients of the listener at listener ("": the main one).
-func (p *Proxy) start(ctx context.Context, order *turn.Turn, listener string, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
+// topology is the topology in service now for the clients of the listener at listener
+// ("": the main one).
+func (p *Proxy) topology(listener string) *topology.Topology {
+	return p.topo.Load().InService(time.Now()).ForListener(listener)
+}
+
+// start is Start on t.
+func (p *Proxy) start(ctx context.Context, order *turn.Turn, t *topology.Topology, reqs []protocol.Request, resps []protocol.Response, done func()) bool {
 	walk.Step()
-	begun := time.Now()
-	t := p.topo.Load().InService(begun).ForListener(listener)
 	pl, m, ok := startable(t, reqs)
 	if !ok {
 		return false
 	}
 	r := getStartedRun()
-	r.p, r.ctx, r.order, r.t, r.pool, r.member, r.reqs, r.resps, r.begun, r.done = p, ctx, order, t, pl, m, reqs, resps, begun, done
-	r.many = len(reqs) == 1 && len(reqs[0].Keys) > 1
-	if lone := &reqs[0]; len(reqs) == 1 && lone.Op.IsRetrieval() && t.Dedup {
-		r.lead()
-		switch {
-		case len(r.follows) == 0:
-		case r.leads == 0:
-			r.release()
-			return false // Handle follows the fetches in flight
-		default:
-			r.fetchAndFollow() // others fetch some keys: this one fetches the rest, then waits for theirs
-			r.end()
-			return true
-		}
-	}
+	r.p, r.ctx, r.order, r.t, r.pool, r.member, r.reqs, r.resps, r.begun, r.done = p, ctx, order, t, pl, m, reqs, resps, time.Now(), done
 	for range reqs {
 		r.errs = append(r.errs, nil)
+	}
+	if len(reqs) == 1 && reqs[0].Op.IsRetrieval() {
+		r.lone = true
+		r.startRetrieval()
+		return true
 	}
 	for i := range reqs {
 		if req := &reqs[i]; req.Op.ChangesKey() {
 			p.beginWrite(t, req.Key)
 		}
 	}
-	switch {
-	case m != nil:
+	if m != nil {
 		m.Server.Start(ctx, order, reqs, resps, r.errs, r.finishFunc)
-	case r.many:
-		r.startKeys()
-	default:
-		b := getWriteBatch()
-		b.group(t, reqs)
-		r.startShares(b)
+		return true
 	}
+	b := getWriteBatch()
+	b.group(t, reqs)
+	r.startShares(b)
 	return true
 }
 
-// startKeys sends a lone get whose keys several members serve, each member its share.
-func (r *startedRun) startKeys() {
+// startRetrieval answers a lone get, gets, gat or gats: from the hot cache where it can,
+// by following a fetch of the same key already in flight where dedup allows, and the rest
+// from the servers. It leads the fetch of every key nobody else is fetching, publishes
+// those once answered, and only then follows the keys others lead (end): since every
+// request finishes what it leads before it follows, two requests leading each other's
+// keys cannot wait for each other. A touch is neither served from the cache nor shared.
+func (r *startedRun) startRetrieval() {
+	p, t, req := r.p, r.t, &r.reqs[0]
+	if touch := req.Op == protocol.OpGat || req.Op == protocol.OpGats; touch || t.Hot == nil && !t.Dedup {
+		r.send(true)
+		return
+	}
+	for i, k := range req.Keys {
+		space := r.space(k)
+		var kf keyFetch
+		var hit bool
+		hit, kf.hot, kf.ticket = p.hotLookup(t, space, k, &r.resps[i])
+		switch {
+		case hit:
+			kf.answered = true
+		case t.Dedup && !p.writes.InFlight(k):
+			var leader bool
+			kf.flight, leader = p.flights.Start(space, k)
+			kf.follows = !leader
+		}
+		r.fetches = append(r.fetches, kf)
+		if kf.follows {
+			r.follows++
+		} else if !kf.answered {
+			r.sendIdx = append(r.sendIdx, i)
+		}
+	}
+	r.send(len(r.sendIdx) == len(req.Keys))
+}
+
+// send sends a lone retrieval's keys to their servers: every key (whole), or those at
+// r.sendIdx, perhaps none (the turn is then given on at once).
+func (r *startedRun) send(whole bool) {
 	req := &r.reqs[0]
-	r.shares = pool.GroupByMember(r.t.PoolFor, req.Keys, nil) // At: key indexes
+	r.whole = whole
+	switch {
+	case whole && r.member != nil:
+		r.member.Server.Start(r.ctx, r.order, r.reqs, r.resps, r.errs, r.finishFunc)
+		return
+	case whole:
+		r.shares = pool.GroupByMember(r.t.PoolFor, req.Keys, nil) // At: key indexes
+	case len(r.sendIdx) == 0: // every key answered or followed: nothing to send
+	default:
+		r.shares = split(r.t.PoolFor, req.Keys, r.sendIdx)
+	}
 	for _, sh := range r.shares {
 		r.parts = append(r.parts, pool.KeysPart(sh.Member.Server, req, sh.At, r.resps))
 	}
@@ -92,10 +130,10 @@ func (r *startedRun) startShares(b *writeBatch) {
 	pool.StartParts(r.ctx, r.order, r.batch.parts, r.gatherFunc)
 }
 
-// gather places the shares' answers once the last is in (startKeys, startShares), notes
-// the requests that got none, and finishes the run.
+// gather places the shares' answers once the last is in (send, startShares), notes the
+// requests that got none, and finishes the run.
 func (r *startedRun) gather() {
-	if r.many {
+	if r.batch == nil {
 		for i := range r.parts {
 			part := &r.parts[i]
 			part.Place(r.resps)
@@ -138,12 +176,12 @@ func startable(t *topology.Topology, reqs []protocol.Request) (pl *pool.Pool, m 
 		switch {
 		case !req.Op.IsWrite() && !req.Op.IsMeta() && !req.Op.IsRetrieval(): // no key: flush_all, stats, version…
 			return nil, nil, false
-		case req.Op == protocol.OpGat || req.Op == protocol.OpGats, req.Op == protocol.OpMetaNoop, inBackground(t, req):
+		case req.Op == protocol.OpMetaNoop, inBackground(t, req):
 			return nil, nil, false
 		case req.Op.IsRetrieval():
 			for _, k := range req.Keys {
-				if t.Hot.Hot(k) {
-					return nil, nil, false
+				if len(reqs) > 1 && t.Hot.Hot(k) {
+					return nil, nil, false // a run one request at a time (run)
 				}
 				take(k)
 			}
@@ -168,24 +206,37 @@ type startedRun struct {
 	reqs       []protocol.Request
 	resps      []protocol.Response
 	errs       []error
-	many       bool // reqs is one get of many keys, resps its keys' answers
+	lone       bool // reqs is one retrieval, resps its keys' answers
 	begun      time.Time
 	done       func()
 	finishFunc func() // finish, made once per startedRun
 	gatherFunc func() // gather, made once per startedRun
+	followFunc func() // followed, made once per startedRun
 
-	// Several members: a lone get's shares (startKeys) and the keys to fetch again, whose
+	// Several members: a lone retrieval's shares (send) and the keys to fetch again, whose
 	// share got no answer; or a run's (startShares).
 	shares    []pool.Group
 	parts     []pool.Part
 	retryKeys []int
 	batch     *writeBatch
 
-	// A lone get's fetches of its keys (dedup): flights[i] for key i, nil where the get
-	// neither leads nor follows one; follows, the keys others are fetching.
-	flights []*dedup.Flight[protocol.Response]
-	leads   int
-	follows []int
+	// A lone retrieval with the hot cache or dedup: fetches[i] for key i (empty without
+	// either); the keys sent (sendIdx, unless whole: every key) and the number others
+	// fetch, followed once those sent are answered (pending: still to come).
+	fetches []keyFetch
+	sendIdx []int
+	whole   bool
+	follows int
+	pending atomic.Int32
+}
+
+// keyFetch is how a lone retrieval answers one of its keys.
+type keyFetch struct {
+	answered bool                             // from the hot cache
+	follows  bool                             // from flight, which another request leads
+	flight   *dedup.Flight[protocol.Response] // the fetch it leads or follows; nil: neither
+	hot      bool                             // a hot-cache key it missed: cached once fetched
+	ticket   hotcache.Ticket                  // for that
 }
 
 var startedRuns sync.Pool // of *startedRun
@@ -195,20 +246,20 @@ func getStartedRun() *startedRun {
 		return r
 	}
 	r := new(startedRun)
-	r.finishFunc, r.gatherFunc = r.finish, r.gather
+	r.finishFunc, r.gatherFunc, r.followFunc = r.finish, r.gather, r.followed
 	return r
 }
 
 // release puts r back for the next run.
 func (r *startedRun) release() {
 	clear(r.errs)
-	clear(r.flights)
+	clear(r.fetches)
 	clear(r.parts)
 	if r.batch != nil {
 		putWriteBatch(r.batch)
 	}
-	*r = startedRun{errs: r.errs[:0], flights: r.flights[:0], follows: r.follows[:0], parts: r.parts[:0], retryKeys: r.retryKeys[:0],
-		finishFunc: r.finishFunc, gatherFunc: r.gatherFunc}
+	*r = startedRun{errs: r.errs[:0], fetches: r.fetches[:0], sendIdx: r.sendIdx[:0], parts: r.parts[:0], retryKeys: r.retryKeys[:0],
+		finishFunc: r.finishFunc, gatherFunc: r.gatherFunc, followFunc: r.followFunc}
 	startedRuns.Put(r)
 }
 
@@ -220,53 +271,9 @@ func (r *startedRun) space(key []byte) string {
 	return r.t.PoolFor(key).Name()
 }
 
-// lead starts the fetch of each key of a lone get nobody else is fetching (dedup), and
-// notes the keys others are: as retrieveShared does.
-func (r *startedRun) lead() {
-	p, keys := r.p, r.reqs[0].Keys
-	for i, k := range keys {
-		var f *dedup.Flight[protocol.Response]
-		if !p.writes.InFlight(k) {
-			var leader bool
-			if f, leader = p.flights.Start(r.space(k), k); !leader {
-				r.follows = append(r.follows, i)
-			} else {
-				r.leads++
-			}
-		}
-		r.flights = append(r.flights, f)
-	}
-}
-
-// fetchAndFollow answers a lone get that leads the fetches of some keys and follows others'
-// for the rest, waiting for them: its own first, then theirs (see retrieveShared).
-func (r *startedRun) fetchAndFollow() {
-	p, req := r.p, &r.reqs[0]
-	var idx []int        // every key but those others fetch: the ones it leads, and those it may not share (a write in flight)
-	follows := r.follows // in key order
-	for i := range req.Keys {
-		if len(follows) > 0 && follows[0] == i {
-			follows = follows[1:]
-			continue
-		}
-		idx = append(idx, i)
-	}
-	p.fetch(r.ctx, r.order, r.t, req, r.resps, idx)
-	for _, i := range idx {
-		if f := r.flights[i]; f != nil {
-			p.publish(r.t, r.space(req.Keys[i]), req.Keys[i], &r.resps[i], false, hotcache.Ticket{}, f)
-		}
-	}
-	for _, i := range r.follows {
-		p.follow(r.ctx, r.flights[i], req.Keys[i], &r.resps[i])
-	}
-	p.metrics.coalesced.Add(float64(len(r.follows)))
-	clear(r.flights) // published
-}
-
 // finish ends the run once its server answered it or failed. A request that got no answer
-// is tried again as Handle does, which waits: that part runs on a goroutine of its own,
-// since finish runs on the server connection's reader, which must not wait.
+// is tried again, which waits: that part runs on a goroutine of its own, since finish runs
+// on the server connection's reader, which must not wait.
 func (r *startedRun) finish() {
 	for _, err := range r.errs {
 		if err != nil {
@@ -280,14 +287,12 @@ func (r *startedRun) finish() {
 func (r *startedRun) retryAndEnd() {
 	p := r.p
 	switch {
-	case r.many:
+	case r.lone:
 		var keys []int // nil: every key, all from one member
-		if r.member == nil {
+		if !r.whole || r.member == nil {
 			keys = r.retryKeys
 		}
 		p.fanOut(r.ctx, r.order, r.t.PoolFor, &r.reqs[0], r.resps, keys)
-		r.end()
-		return
 	case r.batch != nil:
 		for s := range r.batch.shares {
 			sh := &r.batch.shares[s]
@@ -295,34 +300,79 @@ func (r *startedRun) retryAndEnd() {
 				p.recover(r.ctx, r.order, sh.pool, runKey(&r.reqs[i]), &r.reqs[i], r.resps[i:i+1], sh.member, sh.errs[j])
 			}
 		}
-		r.end()
-		return
-	}
-	for i, err := range r.errs {
-		if err != nil {
-			p.recover(r.ctx, r.order, r.pool, runKey(&r.reqs[i]), &r.reqs[i], r.resps[i:i+1], r.member, err)
+	default:
+		for i, err := range r.errs {
+			if err != nil {
+				p.recover(r.ctx, r.order, r.pool, runKey(&r.reqs[i]), &r.reqs[i], r.resps[i:i+1], r.member, err)
+			}
 		}
 	}
 	r.end()
 }
 
-// end settles what the run's answers change (see run), publishes the fetches it led,
-// counts the answers and hands them on.
+// end follows up what the run sent once it is answered: a lone retrieval publishes the
+// fetches it led (caching hot keys) and then follows the fetches others lead; then the
+// run completes.
 func (r *startedRun) end() {
+	if len(r.fetches) == 0 {
+		r.complete()
+		return
+	}
+	p, req := r.p, &r.reqs[0]
+	for i := range r.fetches {
+		if kf := &r.fetches[i]; !kf.answered && !kf.follows {
+			k := req.Keys[i]
+			r.resps[i].Key = k
+			p.publish(r.t, r.space(k), k, &r.resps[i], kf.hot, kf.ticket, kf.flight)
+		}
+	}
+	if r.follows == 0 {
+		r.complete()
+		return
+	}
+	r.pending.Store(int32(r.follows))
+	left := r.follows
+	for i := range r.fetches {
+		if kf := &r.fetches[i]; kf.follows {
+			left--
+			last := left == 0
+			p.flights.Then(kf.flight, r.followFunc)
+			if last {
+				return // r may be complete and reused by now
+			}
+		}
+	}
+}
+
+// followed takes one fetch another request led; the last completes the run.
+func (r *startedRun) followed() {
+	if r.pending.Add(-1) > 0 {
+		return
+	}
+	req := &r.reqs[0]
+	for i := range r.fetches {
+		if kf := &r.fetches[i]; kf.follows {
+			r.resps[i] = kf.flight.Val
+			r.resps[i].Key = req.Keys[i]
+		}
+	}
+	r.p.metrics.coalesced.Add(float64(r.follows))
+	r.complete()
+}
+
+// complete settles what the run's answers change (see run), counts them and hands them on.
+func (r *startedRun) complete() {
 	walk.Step()
 	p, t := r.p, r.t
 	took := time.Since(r.begun).Seconds()
-	for i, f := range r.flights {
-		if f != nil {
-			k := r.reqs[0].Keys[i]
-			r.resps[i].Key = k
-			p.publish(t, r.space(k), k, &r.resps[i], false, hotcache.Ticket{}, f)
-		}
-	}
-	if r.many {
+	if r.lone {
 		req := &r.reqs[0]
-		for i := range req.Keys {
-			r.resps[i].Key = req.Keys[i]
+		touch := req.Op == protocol.OpGat || req.Op == protocol.OpGats
+		for i, k := range req.Keys {
+			r.resps[i].Key = k
+			if touch {
+				p.settle(t, k) // it ends what is cached
+			}
 		}
 		p.account(req, r.resps, took)
 	} else {

@@ -153,19 +153,6 @@ func TestStatsReset(t *testing.T) {
 	}
 }
 
-// TestHandleGetHitAllocs is the hot path's allocation budget, as BenchmarkHandleGetHit
-// measures it.
-func TestHandleGetHitAllocs(t *testing.T) {
-	p, req, resps := getHitSetup(t)
-	allocs := testing.AllocsPerRun(1000, func() {
-		resps = p.Handle(context.Background(), nil, req, resps[:0])
-	})
-	t.Logf("proxy.Handle of a get hit: %.0f allocs", allocs)
-	if allocs > 0 {
-		t.Errorf("%.0f allocations per get hit, want 0", allocs)
-	}
-}
-
 func getHitSetup(t testing.TB) (*proxy.Proxy, []protocol.Request, []protocol.Response) {
 	pl := newPool(t, "main", 1)
 	p := proxy.New(&topology.Topology{Pools: []*pool.Pool{pl}, Default: pl}, proxy.Options{})

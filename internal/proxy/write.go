@@ -12,21 +12,6 @@ import (
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
-// write answers any single-key command but a retrieval: a set, add, replace, append,
-// prepend, cas, delete, incr, decr or touch. Writes of fire-and-forget keys are answered at
-// once and sent in the background; every other write is answered when its server has.
-// Either way the key's hot cache entry and shared fetches end before the answer.
-func (p *Proxy) write(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, one []protocol.Response) {
-	key := req.Key
-	p.beginWrite(t, key)
-	defer p.endWrite(t, key)
-	if inBackground(t, req) {
-		one[0] = p.enqueue(ctx, req)
-		return
-	}
-	p.do(ctx, order, t.PoolFor(key), key, req, one)
-}
-
 // beginWrite and endWrite are the rules of every write of key (write, meta, run, Start,
 // writeQueued), begun before it is sent and ended once it is answered. In between, reads
 // of key neither join a fetch already in flight nor lead one that others join: such a
@@ -75,7 +60,9 @@ func (p *Proxy) run(ctx context.Context, order *turn.Turn, t *topology.Topology,
 		each, done := order.Defer() // the turn is given on when the run is done
 		defer done()
 		for i := range reqs {
-			p.handleOne(ctx, each, t, &reqs[i], resps[i:i])
+			if !p.startAndWait(ctx, each, t, reqs[i:i+1], resps[i:i+1]) {
+				p.handleOne(ctx, each, t, &reqs[i], resps[i:i+1])
+			}
 		}
 		return
 	}

@@ -10,7 +10,7 @@ import "github.com/moxi-proxy/moxi/internal/protocol"
 // fetches the next. It holds its turn to the end, so that no later request overtakes a
 // later part.
 func (c *conn) stream(t *task) {
-	t.turn.Hold()
+	each, given := t.order().Defer() // the parts' turn; the task's is given on after the last
 	broken := c.answers.takeWriter(t)
 	keys := t.req.Keys
 	part := c.s.partKeys()
@@ -18,7 +18,7 @@ func (c *conn) stream(t *task) {
 		end := min(first+part, len(keys))
 		sub := t.req
 		sub.Keys = keys[first:end]
-		t.resps = c.handler.Handle(c.s.ctx, t.order(), t.alone(&sub), t.resps[:0])
+		t.resps = c.handler.Handle(c.s.ctx, each, t.alone(&sub), t.resps[:0])
 		avg := c.s.observe(&sub, t.resps)
 		ended, err := c.writeParts(t, &sub, t.resps, first, end == len(keys))
 		clear(t.resps)
@@ -34,7 +34,7 @@ func (c *conn) stream(t *task) {
 			part = keysFor(avg)
 		}
 	}
-	t.turn.Release()
+	given()
 	c.answers.wroteOwn(t, broken)
 }
 

@@ -46,7 +46,7 @@ type Turn struct {
 
 	parts      atomic.Int32 // dispatches still expected after Split
 	dispatches atomic.Int32 // calls of Dispatched since Next
-	held       atomic.Bool  // Hold: only Release gives the turn on
+	held       atomic.Bool  // an After turn: no dispatch gives it on
 	released   atomic.Bool
 	taken      bool // Ready found the turn ready: Wait returns at once
 }
@@ -79,11 +79,6 @@ func (c *Chain) Next(t *Turn) {
 		t.ready <- struct{}{}
 	}
 }
-
-// Hold keeps the turn until Release, whatever the request dispatches meanwhile: a request
-// that dispatches in several waves (a multi-get answered part by part) holds it so that no
-// later request overtakes its later waves.
-func (t *Turn) Hold() { t.held.Store(true) }
 
 // Wait blocks until every earlier turn of the chain has been dispatched. Earlier turns are
 // released at the latest when their request ends, which every request does within its
@@ -129,8 +124,8 @@ func (t *Turn) Release() {
 
 // Defer returns a turn for dispatches made one after the other on behalf of t's request —
 // each on the connection's affinity, minding its paths (Switch) — that do not give t on,
-// and done, which counts them as the request's one dispatch (see Dispatched: with Split or
-// Hold, that need not give the turn on either). Call done after the last of them, or after
+// and done, which counts them as the request's one dispatch (see Dispatched: with Split,
+// that need not give the turn on either). Call done after the last of them, or after
 // it failed. A nil t gives nil and a done that does nothing.
 func (t *Turn) Defer() (each *Turn, done func()) {
 	if t == nil || t.chain == nil {

@@ -42,20 +42,21 @@ func TestTurnsRunInOrder(t *testing.T) {
 	}
 }
 
-// TestSplitAndHold: a split turn is given on at its last dispatch; a held one only by
-// Release; the zero Turn is in no order.
-func TestSplitAndHold(t *testing.T) {
+// TestSplitAndDefer: a split turn is given on at its last dispatch; one whose dispatches
+// are deferred only by its done, whatever the deferred turn dispatches; the zero Turn is in
+// no order.
+func TestSplitAndDefer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		chain := NewChain(0)
-		var split, held, after Turn
+		var split, deferred, after Turn
 		chain.Next(&split)
-		chain.Next(&held)
+		chain.Next(&deferred)
 		chain.Next(&after)
 		split.Wait()
 		order := &split
 		order.Split(3)
 		released := make(chan struct{})
-		go func() { held.Wait(); close(released) }()
+		go func() { deferred.Wait(); close(released) }()
 		for i := range 3 {
 			synctest.Wait()
 			select {
@@ -67,19 +68,19 @@ func TestSplitAndHold(t *testing.T) {
 		}
 		<-released
 
-		held.Hold()
-		held.Split(2) // ignored while held
-		held.Dispatched()
-		held.Dispatched()
+		each, given := deferred.Defer()
+		each.Split(2) // ignored: a deferred turn is never given on by a dispatch
+		each.Dispatched()
+		each.Dispatched()
 		done := make(chan struct{})
 		go func() { after.Wait(); close(done) }()
 		synctest.Wait()
 		select {
 		case <-done:
-			t.Fatal("a held turn was given on by a dispatch")
+			t.Fatal("a deferred turn's dispatches gave the turn on")
 		default:
 		}
-		held.Release()
+		given()
 		<-done
 
 		var zero Turn

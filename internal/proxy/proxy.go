@@ -204,22 +204,20 @@ func putWaiter(w *waiter) { waiters.Put(w) }
 // without a key, or a fire-and-forget write.
 func (p *Proxy) handleOne(ctx context.Context, order *turn.Turn, t *topology.Topology, req *protocol.Request, one []protocol.Response) {
 	start := time.Now()
-	switch {
-	case req.Op == protocol.OpFlushAll && !t.NoFlushAll:
-		one[0] = p.everyServer(ctx, order, t, req)
-		if t.Hot != nil {
-			t.Hot.Purge()
-		}
-		p.flights.ForgetAll()
-		p.account(req, one, time.Since(start).Seconds())
-		return
-	case req.Op == protocol.OpCacheMemlimit && !t.NoFlushAll:
-		one[0] = p.everyServer(ctx, order, t, req)
-		p.account(req, one, time.Since(start).Seconds())
-		return
+	toEvery := (req.Op == protocol.OpFlushAll || req.Op == protocol.OpCacheMemlimit) && !t.NoFlushAll
+	queued := inBackground(t, req)
+	if !toEvery && !queued {
+		order.Dispatched() // nothing of it goes to a server in the connection's order
 	}
-	order.Dispatched() // the rest sends nothing in the connection's order
 	switch {
+	case toEvery:
+		one[0] = p.everyServer(ctx, order, t, req)
+		if req.Op == protocol.OpFlushAll {
+			if t.Hot != nil {
+				t.Hot.Purge()
+			}
+			p.flights.ForgetAll()
+		}
 	case req.Op == protocol.OpFlushAll:
 		one[0] = flushRefused
 	case req.Op == protocol.OpCacheMemlimit:
@@ -232,9 +230,10 @@ func (p *Proxy) handleOne(ctx context.Context, order *turn.Turn, t *topology.Top
 		one[0] = p.statsResponse(ctx, t, req)
 	case req.Op == protocol.OpMetaNoop:
 		one[0] = protocol.Response{Meta: protocol.MetaAnswer{Code: protocol.MetaMN}}
-	case inBackground(t, req):
+	case queued:
 		p.beginWrite(t, req.Key)
-		one[0] = p.enqueue(ctx, req)
+		one[0] = p.enqueue(ctx, req) // in the queue's order of its key, before the turn is given on
+		order.Dispatched()
 		p.endWrite(t, req.Key)
 	default:
 		one[0] = protocol.Response{Status: protocol.StatusUnknownCommand} // never: Start takes every other request

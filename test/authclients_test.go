@@ -94,7 +94,12 @@ func runSpymemcached(t testing.TB, addr, user, password string) (string, error) 
 	cmd := exec.CommandContext(ctx, java, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
 		"-cp", spymemcachedJar+string(os.PathListSeparator)+classes, "SpyAuth", addr, user, password)
 	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
+	// The client's report is on stdout, the JVM's log on stderr: kept apart, a log line
+	// written at the same instant cannot split the PASS line (both are shown on failure).
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	out := append(stdout.Bytes(), stderr.Bytes()...)
 	var ee *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
@@ -103,7 +108,7 @@ func runSpymemcached(t testing.TB, addr, user, password string) (string, error) 
 		err = fmt.Errorf("%w: %s as %s", errSpyAuthFailed, addr, user)
 	case err != nil:
 		err = fmt.Errorf("spymemcached against %s: %v", addr, err)
-	case !bytes.Contains(out, []byte("\nPASS: ")):
+	case !bytes.Contains(append([]byte("\n"), stdout.Bytes()...), []byte("\nPASS: ")):
 		err = fmt.Errorf("spymemcached against %s: exited 0 without its PASS line", addr)
 	}
 	return string(out), err

@@ -178,16 +178,11 @@ func (cl *call) encode(dst []byte, base uint32) []byte {
 	if !req.Op.IsRetrieval() {
 		return encodeSingle(dst, req, base, false)
 	}
-	var one [1][]byte
-	out := protocol.Request{Op: req.Op, Exptime: req.Exptime, Keys: one[:]}
 	if len(cl.keys) == 1 {
-		one[0], out.Opaque = cl.keys[0], base
-		return protocol.AppendBinaryRequest(dst, &out)
+		return protocol.AppendBinaryRead(dst, req.Op, req.Exptime, cl.keys[0], base, false)
 	}
-	out.Quiet = true
 	for i, k := range cl.keys {
-		one[0], out.Opaque = k, base+uint32(i)
-		dst = protocol.AppendBinaryRequest(dst, &out)
+		dst = protocol.AppendBinaryRead(dst, req.Op, req.Exptime, k, base+uint32(i), true)
 	}
 	noop := protocol.Request{Op: protocol.OpNoop, Opaque: base + cl.n - 1}
 	return protocol.AppendBinaryRequest(dst, &noop)

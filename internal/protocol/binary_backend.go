@@ -90,6 +90,32 @@ func binExptime(exp int64) uint32 {
 	return uint32(exp)
 }
 
+// AppendBinaryRead appends a binary get of key (a gat when op is one), quiet or not, with
+// opaque: what a backend sends for each key of a retrieval, without a Request per key.
+func AppendBinaryRead(dst []byte, op Op, exptime int64, key []byte, opaque uint32, quiet bool) []byte {
+	touches := op == OpGat || op == OpGats
+	opcode := uint8(binOpGet)
+	switch {
+	case touches && quiet:
+		opcode = binOpGatQ
+	case touches:
+		opcode = binOpGat
+	case quiet:
+		opcode = binOpGetQ
+	}
+	return appendBinaryRead(dst, opcode, op, exptime, key, opaque)
+}
+
+func appendBinaryRead(dst []byte, opcode uint8, op Op, exptime int64, key []byte, opaque uint32) []byte {
+	if op == OpGat || op == OpGats {
+		dst = binAppendHeader(dst, binMagicRequest, opcode, len(key), 4, 0, 4+len(key), opaque, 0)
+		dst = binary.BigEndian.AppendUint32(dst, binExptime(exptime))
+	} else {
+		dst = binAppendHeader(dst, binMagicRequest, opcode, len(key), 0, 0, len(key), opaque, 0)
+	}
+	return append(dst, key...)
+}
+
 // AppendBinaryRequest appends req as request packet(s) with opcode BinaryOpcode(req),
 // opaque req.Opaque and cas req.Cas: a retrieval gives one packet per req.Keys entry, all
 // with that opaque; any other command one packet. An OpInvalid request appends nothing.
@@ -103,16 +129,9 @@ func AppendBinaryRequest(dst []byte, req *Request) []byte {
 		dst = binAppendHeader(dst, binMagicRequest, opcode, keyLen, extLen, 0, extLen+keyLen+valueLen, req.Opaque, cas)
 	}
 	switch req.Op {
-	case OpGet, OpGets:
+	case OpGet, OpGets, OpGat, OpGats:
 		for _, k := range req.Keys {
-			hdr(len(k), 0, 0, 0)
-			dst = append(dst, k...)
-		}
-	case OpGat, OpGats:
-		for _, k := range req.Keys {
-			hdr(len(k), 4, 0, 0)
-			dst = binary.BigEndian.AppendUint32(dst, binExptime(req.Exptime))
-			dst = append(dst, k...)
+			dst = appendBinaryRead(dst, opcode, req.Op, req.Exptime, k, req.Opaque)
 		}
 	case OpSet, OpCas, OpAdd, OpReplace:
 		hdr(len(req.Key), 8, len(req.Value), req.Cas)

@@ -106,3 +106,16 @@ func TestBinaryReadResponseErrors(t *testing.T) {
 		})
 	}
 }
+
+// AppendBinaryRead is AppendBinaryRequest of a one-key retrieval, without the Request.
+func TestAppendBinaryReadIsOneKeyRequest(t *testing.T) {
+	for _, op := range []Op{OpGet, OpGets, OpGat, OpGats} {
+		for _, quiet := range []bool{false, true} {
+			req := Request{Op: op, Keys: [][]byte{[]byte("key")}, Exptime: 300, Opaque: 7, Quiet: quiet}
+			want := AppendBinaryRequest(nil, &req)
+			if got := AppendBinaryRead(nil, op, 300, []byte("key"), 7, quiet); !bytes.Equal(got, want) {
+				t.Errorf("%v quiet=%v: % x, want % x", op, quiet, got, want)
+			}
+		}
+	}
+}

@@ -117,7 +117,7 @@ func (p *Proxy) Swap(t *topology.Topology) {
 }
 
 // Topology is the topology new requests use.
-func (p *Proxy) Topology() *topology.Topology { return p.topo.Load().InService(time.Now()) }
+func (p *Proxy) Topology() *topology.Topology { return p.topo.Load().Current() }
 
 // Handle answers reqs in order, appending their responses to resps and returning the
 // extended slice: a lone request (len(reqs) == 1) all of its responses (one per key for a

@@ -29,7 +29,7 @@ func (p *Proxy) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Req
 // topology is the topology in service now for the clients of the listener at listener
 // ("": the main one).
 func (p *Proxy) topology(listener string) *topology.Topology {
-	return p.topo.Load().InService(time.Now()).ForListener(listener)
+	return p.topo.Load().Current().ForListener(listener)
 }
 
 // start is Start on t.

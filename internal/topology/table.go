@@ -48,6 +48,14 @@ func (t *Topology) InService(now time.Time) *Topology {
 	return t
 }
 
+// Current is InService now; it reads the clock only when a table is scheduled.
+func (t *Topology) Current() *Topology {
+	if t.Next == nil {
+		return t
+	}
+	return t.InService(time.Now())
+}
+
 // Until returns a copy of t that hands over to next at at (see Next). The copy shares no
 // fetches between reads (dedup): a fetch it started just before at, from a server that
 // next no longer reads the key from, must not answer a read made after at.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -357,14 +358,16 @@ func labelValue(labels []*dto.LabelPair, name string) string {
 	return ""
 }
 
-// TestReadyz: 200 while every pool has a live server; 503 once one pool's servers are all
-// dead, failover or not; 503 during the drain after SIGTERM while /healthz stays 200.
+// TestReadyz: 200 while a pool has a live server, its body giving each pool's live
+// servers, so that one dead pool does not take the others out of service; 503 once a pool
+// named in readiness.pools has none, failover or not; 503 during the drain after SIGTERM
+// while /healthz stays 200.
 func TestReadyz(t *testing.T) {
 	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
 	for _, failover := range []bool{false, true} {
 		t.Run(fmt.Sprintf("failover %v", failover), func(t *testing.T) {
 			up, doomed := memcachedtest.Start(t), memcachedtest.Start(t)
-			path := writeConfig(t, fmt.Sprintf(`pools:
+			config := fmt.Sprintf(`pools:
   main:
     servers: [%q]
   other:
@@ -372,13 +375,12 @@ func TestReadyz(t *testing.T) {
     failure_limit: 1
     failover: %v
     servers: [%q]
-  shards:
-    embedded: 1
 default_pool: main
 routes:
   - prefix: "other:"
     pool: other
-`, up.Addr, failover, doomed.Addr))
+`, up.Addr, failover, doomed.Addr)
+			path := writeConfig(t, config)
 			admin := freeAddr(t)
 			p := startMoxi(t, "--config", path, "--admin", admin)
 			if err := memcachedtest.WaitListening(admin, 10*time.Second); err != nil {
@@ -388,9 +390,29 @@ routes:
 			pollUntil(t, "/readyz 200 with every server up", func() bool { code, _ := adminDo(t, "GET", readyz, ""); return code == 200 })
 			doomed.Stop()
 			c, r := dialConn(t, p.addr)
-			wantNotReady(t, admin, "with pool other's server dead", "no live server in pool other\n", func() {
+			const pools = "pool main: 1 of 1 servers live\npool other: 0 of 1 servers live\n"
+			var code int
+			var body string
+			pollUntil(t, "/readyz naming pool other's server dead", func() bool {
 				roundTrip(t, c, r, "get other:k\r\n", "END") // a failure marks it dead at once
+				code, body = adminDo(t, "GET", readyz, "")
+				return strings.Contains(body, "pool other: 0")
 			})
+			if code != 200 || body != "ready\n"+pools {
+				t.Errorf("/readyz with pool other dead and main live = %d %q, want 200 %q", code, body, "ready\n"+pools)
+			}
+			roundTrip(t, c, r, "set k 0 0 1\r\nv\r\n", "STORED")
+			if got := roundTrip(t, c, r, "get k\r\n", "END"); !slices.Equal(got, []string{"VALUE k 0 1", "v", "END"}) {
+				t.Errorf("get k from pool main with pool other dead: %q", got)
+			}
+
+			if err := os.WriteFile(path, []byte(config+"readiness:\n  pools: [other]\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if code, body := postReload(t, admin); code != 200 {
+				t.Fatalf("reload with readiness.pools: %d %s", code, body)
+			}
+			wantNotReady(t, admin, "with readiness.pools [other] and pool other's server dead", "no live server in pool other (readiness.pools)\n"+pools, nil)
 		})
 	}
 
@@ -428,7 +450,7 @@ routes:
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		wantNotReady(t, admin, "while draining", "draining: moxi is shutting down\n", nil)
+		wantNotReady(t, admin, "while draining", "draining: moxi is shutting down\npool main: 1 of 1 servers live\n", nil)
 		_ = mc.Signal(syscall.SIGCONT)
 		stopped = false
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
@@ -243,6 +244,32 @@ func TestConvertTwemproxySample(t *testing.T) {
 			t.Errorf("pool %s: every key on one server: the comparison proves nothing", p.name)
 		}
 	}
+
+	// twemproxy's safety kept: no retries, no failover in omega, whose servers twemproxy
+	// did not eject, and flush_all refused as nutcracker refuses it — not sent to every
+	// server of every pool.
+	cfg, err := config.Load(converted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Limits.AllowFlushAll {
+		t.Error("converted with limits.allow_flush_all true: twemproxy refuses flush_all")
+	}
+	for _, p := range cfg.Pools {
+		if p.Retries != 0 || p.Failover != (p.Name != "omega") {
+			t.Errorf("pool %s converted with retries %d, failover %v; want 0 (twemproxy never retries), %v (auto_eject_hosts)",
+				p.Name, p.Retries, p.Failover, p.Name != "omega")
+		}
+	}
+	c, err := net.Dial("tcp", pools[1].port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := roundTrip(t, c, bufio.NewReader(c), "flush_all\r\n", "OK"); !slices.Equal(got, []string{"CLIENT_ERROR flush_all not allowed"}) {
+		t.Errorf("flush_all through the converted config: %q, want it refused", got)
+	}
+	placement(t, pools[2].servers, pools[2].keys) // every key of the last pool written still on its server
 }
 
 func startNutcracker(t *testing.T, bin, settings string, servers []string) *process {

@@ -6,9 +6,11 @@ package admin
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,12 +81,11 @@ func Handler(src Sources) http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		draining := src.Draining != nil && src.Draining()
-		if reason := notReady(src.Topologies.Topology(), draining); reason != "" {
+		ready, body := readiness(src.Topologies.Topology(), draining, rl.Config().Readiness.Pools)
+		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, reason+"\n")
-			return
 		}
-		io.WriteString(w, "ready\n")
+		io.WriteString(w, body)
 	})
 	mux.HandleFunc("GET /servers", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, Servers(src.Topologies.Topology()))
@@ -139,29 +140,46 @@ func bearer(r *http.Request, token []byte) bool {
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), token) == 1
 }
 
-// notReady is why moxi should get no new clients, or "" when it should: it is draining,
-// or a pool has no live server (an embedded pool always has).
-func notReady(t *topology.Topology, draining bool) string {
-	if draining {
-		return "draining: moxi is shutting down"
-	}
+// readiness is /readyz's answer: whether moxi should get new clients, and a body whose first
+// line says why not (or "ready") and whose other lines give every pool's live servers. It
+// is not ready while draining, or while a pool of required (readiness.pools) has no live
+// server — or, required empty, while no pool has one: a pool whose servers are all dead
+// fails its own keys, and taking the proxy out of service would fail every other pool's
+// too. An embedded pool always has a live server.
+func readiness(t *topology.Topology, draining bool, required []string) (ready bool, body string) {
+	var b strings.Builder
 	var dead []string
+	live := 0
 	for _, pl := range t.Pools {
-		live := false
+		up := 0
 		for i := range pl.Len() {
 			if pl.Member(i).Up() {
-				live = true
-				break
+				up++
 			}
 		}
-		if !live {
+		fmt.Fprintf(&b, "pool %s: %d of %d servers live\n", pl.Name(), up, pl.Len())
+		if up == 0 {
 			dead = append(dead, pl.Name())
+		} else {
+			live++
 		}
 	}
-	if len(dead) > 0 {
-		return "no live server in pool " + strings.Join(dead, ", ")
+	var missing []string
+	for _, name := range required {
+		if slices.Contains(dead, name) {
+			missing = append(missing, name)
+		}
 	}
-	return ""
+	reason := "ready"
+	switch {
+	case draining:
+		reason = "draining: moxi is shutting down"
+	case len(missing) > 0:
+		reason = "no live server in pool " + strings.Join(missing, ", ") + " (readiness.pools)"
+	case len(required) == 0 && live == 0:
+		reason = "no live server in any pool"
+	}
+	return reason == "ready", reason + "\n" + b.String()
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

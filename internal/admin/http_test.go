@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +51,8 @@ func (f fixed) handler(draining func() bool) http.Handler {
 func topologyOf(t *testing.T, pools map[string][]bool) fixed {
 	t.Helper()
 	topo := &topology.Topology{}
-	for name, ups := range pools {
+	for _, name := range slices.Sorted(maps.Keys(pools)) {
+		ups := pools[name]
 		var ms []pool.Member
 		for i, up := range ups {
 			ms = append(ms, pool.Member{Name: name + string(rune('a'+i)), Addr: "127.0.0.1:1", Weight: 1, Server: fakeServer{up: up}})
@@ -78,17 +81,28 @@ func TestReadyz(t *testing.T) {
 	cases := []struct {
 		name     string
 		pools    map[string][]bool
+		required []string
 		draining bool
 		code     int
 		body     string
 	}{
-		{"every pool has a live server", map[string][]bool{"main": {true, false}, "spare": {true}}, false, 200, "ready\n"},
-		{"a pool with every server dead", map[string][]bool{"main": {true}, "spare": {false, false}}, false, 503, "no live server in pool spare\n"},
-		{"draining", map[string][]bool{"main": {true}}, true, 503, "draining: moxi is shutting down\n"},
+		{"every pool has a live server", map[string][]bool{"main": {true, false}, "spare": {true}}, nil, false, 200,
+			"ready\npool main: 1 of 2 servers live\npool spare: 1 of 1 servers live\n"},
+		{"a pool with every server dead, another live", map[string][]bool{"main": {true}, "spare": {false, false}}, nil, false, 200,
+			"ready\npool main: 1 of 1 servers live\npool spare: 0 of 2 servers live\n"},
+		{"no pool with a live server", map[string][]bool{"main": {false}, "spare": {false, false}}, nil, false, 503,
+			"no live server in any pool\npool main: 0 of 1 servers live\npool spare: 0 of 2 servers live\n"},
+		{"a required pool with every server dead", map[string][]bool{"main": {true}, "spare": {false, false}}, []string{"main", "spare"}, false, 503,
+			"no live server in pool spare (readiness.pools)\npool main: 1 of 1 servers live\npool spare: 0 of 2 servers live\n"},
+		{"required pools live, another dead", map[string][]bool{"main": {true}, "spare": {false, false}}, []string{"main"}, false, 200,
+			"ready\npool main: 1 of 1 servers live\npool spare: 0 of 2 servers live\n"},
+		{"draining", map[string][]bool{"main": {true}}, nil, true, 503, "draining: moxi is shutting down\npool main: 1 of 1 servers live\n"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			h := topologyOf(t, c.pools).handler(func() bool { return c.draining })
+			cfg := config.Default()
+			cfg.Readiness.Pools = c.required
+			h := topologyOf(t, c.pools).with(cfg).handler(func() bool { return c.draining })
 			if code, body := get(h, "GET", "/readyz", ""); code != c.code || body != c.body {
 				t.Errorf("GET /readyz = %d %q, want %d %q", code, body, c.code, c.body)
 			}

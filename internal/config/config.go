@@ -56,7 +56,27 @@ type Config struct {
 	FireAndForget FireAndForget
 
 	Auth *Auth // clients authenticate first; nil: every client is served
+
+	Readiness Readiness
+	Metrics   Metrics
 }
+
+// Readiness is what /readyz asks of the pools besides a loaded config and listening.
+type Readiness struct {
+	// Pools must each have a live server; nil: at least one pool must have one, so that
+	// one dead pool does not take the proxy, and the pools that still serve, out of service.
+	Pools []string
+}
+
+// Metrics bounds the series moxi exports.
+type Metrics struct {
+	PerServer      bool      // moxi_backend_* series for each server; false: none, only per pool
+	LatencyBuckets []float64 // the request-duration histograms' upper bounds in seconds, ascending; nil: DefaultLatencyBuckets
+}
+
+// DefaultLatencyBuckets are the request-duration histograms' buckets when
+// metrics.latency_buckets is empty: 50 µs to 2.5 s.
+var DefaultLatencyBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
 
 // Auth is the auth section: a client must authenticate (binary SASL PLAIN, or the text
 // protocol's set of "user password", as memcached -S and -Y) before any other request.
@@ -283,6 +303,7 @@ func newConfig() *Config {
 		Dedup:         true,
 		HotCache:      HotCache{MaxItems: defaultHotCacheMaxItems, MaxBytes: defaultHotCacheMaxBytes, TTL: defaultHotCacheTTL},
 		FireAndForget: FireAndForget{MaxPending: defaultMaxPending, MaxPendingBytes: defaultMaxPendingBytes},
+		Metrics:       Metrics{PerServer: true},
 	}
 }
 

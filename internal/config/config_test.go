@@ -19,9 +19,9 @@ func contractConfig() *Config {
 		Distribution: "ketama",
 		Hash:         "md5",
 		Servers: []Server{
-			{Addr: "127.0.0.1:11212", Weight: 1, Line: 34},
-			{Addr: "127.0.0.1:11213", Weight: 2, Line: 35},
-			{Name: "mc3", Addr: "127.0.0.1:11214", Weight: 1, MigrateFrom: "127.0.0.1:11219", MigrateAt: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), Line: 36},
+			{Addr: "127.0.0.1:11212", Weight: 1, Line: 39},
+			{Addr: "127.0.0.1:11213", Weight: 2, Line: 40},
+			{Name: "mc3", Addr: "127.0.0.1:11214", Weight: 1, MigrateFrom: "127.0.0.1:11219", MigrateAt: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), Line: 41},
 		},
 		Connections:      4,
 		ConnectTimeout:   time.Second,
@@ -39,10 +39,10 @@ func contractConfig() *Config {
 		Replicas:         1,
 		WriteQuorum:      "all",
 		ReadFrom:         "first",
-		TLS:              &PoolTLS{CA: "/etc/moxi/ca.crt", Line: 54},
+		TLS:              &PoolTLS{CA: "/etc/moxi/ca.crt", Line: 59},
 	}
 	spare := NewPool("spare")
-	spare.Servers = []Server{{Addr: "127.0.0.1:11300", Weight: 1, Line: 63}}
+	spare.Servers = []Server{{Addr: "127.0.0.1:11300", Weight: 1, Line: 68}}
 	return &Config{
 		Listen: "127.0.0.1:11211",
 		TLS:    &TLS{Cert: "/etc/moxi/tls.crt", Key: "/etc/moxi/tls.key", Line: 4},
@@ -60,6 +60,7 @@ func contractConfig() *Config {
 		Dedup:         true,
 		HotCache:      HotCache{Prefixes: []string{"cfg:", "hot:"}, MaxItems: 100000, MaxBytes: 67108864, TTL: 2 * time.Second},
 		FireAndForget: FireAndForget{Prefixes: []string{"log:", "sess:"}, MaxPending: 10000, MaxPendingBytes: 67108864},
+		Metrics:       Metrics{PerServer: true},
 	}
 }
 

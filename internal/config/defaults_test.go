@@ -50,6 +50,11 @@ fire_and_forget:
   prefixes: []
   max_pending: 10000
   max_pending_bytes: 67108864
+readiness:
+  pools: []
+metrics:
+  per_server: true
+  latency_buckets: []
 `
 	b, err := Default().YAML()
 	if err != nil {

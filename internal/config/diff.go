@@ -78,6 +78,9 @@ func DiffSince(started, prev, next *Config) []string {
 	restart("fire_and_forget.max_pending", started.FireAndForget.MaxPending, next.FireAndForget.MaxPending)
 	restart("fire_and_forget.max_pending_bytes", started.FireAndForget.MaxPendingBytes, next.FireAndForget.MaxPendingBytes)
 	d.auth(prev.Auth, next.Auth)
+	live("readiness.pools", quoteList(prev.Readiness.Pools), quoteList(next.Readiness.Pools))
+	restart("metrics.per_server", started.Metrics.PerServer, next.Metrics.PerServer)
+	restart("metrics.latency_buckets", fmt.Sprint(started.Metrics.LatencyBuckets), fmt.Sprint(next.Metrics.LatencyBuckets))
 	return d.lines
 }
 

@@ -89,6 +89,18 @@ func (c *Config) YAML() ([]byte, error) {
 		put(root, "auth", am)
 	}
 
+	readiness := mapNode()
+	put(readiness, "pools", listNode(c.Readiness.Pools))
+	put(root, "readiness", readiness)
+	metrics := mapNode()
+	put(metrics, "per_server", boolNode(c.Metrics.PerServer))
+	buckets := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+	for _, b := range c.Metrics.LatencyBuckets {
+		buckets.Content = append(buckets.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: strconv.FormatFloat(b, 'g', -1, 64)})
+	}
+	put(metrics, "latency_buckets", buckets)
+	put(root, "metrics", metrics)
+
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)

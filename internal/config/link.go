@@ -31,6 +31,11 @@ func (d *decoder) link(c *Config, l *links) {
 	}
 
 	d.linkListeners(c, l)
+	for i, name := range c.Readiness.Pools {
+		if c.Pool(name) == nil && i < len(l.readiness) {
+			d.fail(l.readiness[i], index("readiness.pools", i), "no pool named %q", name)
+		}
+	}
 	for i, r := range c.Routes {
 		if c.Pool(r.Pool) == nil {
 			d.fail(l.routePools[i], index("routes", i)+".pool", "no pool named %q", r.Pool)

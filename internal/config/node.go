@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -290,6 +291,38 @@ func (d *decoder) strings(dst *[]string) field {
 				continue
 			}
 			out = append(out, e.Value)
+		}
+		*dst = out
+	}
+}
+
+// buckets reads a histogram's upper bounds: positive numbers of seconds, ascending; an
+// empty list leaves dst nil.
+func (d *decoder) buckets(dst *[]float64) field {
+	return func(v *yaml.Node, path string) {
+		if v.Kind != yaml.SequenceNode {
+			d.fail(v, path, "want a list of seconds such as [0.001, 0.01, 0.1, 1], got %s", describe(v))
+			return
+		}
+		var out []float64
+		for i, e := range v.Content {
+			e = deref(e)
+			at := index(path, i)
+			if !d.scalar(e, at) {
+				continue
+			}
+			var f float64
+			tag := e.ShortTag()
+			switch {
+			case tag != "!!int" && tag != "!!float" || e.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0):
+				d.fail(e, at, "want a number of seconds, got %q", e.Value)
+			case f <= 0:
+				d.fail(e, at, "must be positive, got %s", e.Value)
+			case len(out) > 0 && f <= out[len(out)-1]:
+				d.fail(e, at, "must be greater than the bucket before it (%g), got %s", out[len(out)-1], e.Value)
+			default:
+				out = append(out, f)
+			}
 		}
 		*dst = out
 	}

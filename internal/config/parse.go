@@ -35,6 +35,7 @@ type links struct {
 	warmFrom    map[string]*yaml.Node // pool name -> its `warm_from` value
 	shadows     map[string]*yaml.Node // pool name -> its `shadow.pool` value
 	routePools  []*yaml.Node          // value of each valid route's `pool`, as c.Routes
+	readiness   []*yaml.Node          // each entry of `readiness.pools`, as c.Readiness.Pools
 	listeners   []listenerNodes       // as c.Listeners
 	twemproxy   bool                  // no pools, but twemproxy pools at the top level: nothing to link
 }
@@ -170,6 +171,20 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 			})
 		},
 		"auth": func(v *yaml.Node, path string) { c.Auth = d.auth(v, path) },
+		"readiness": func(v *yaml.Node, path string) {
+			seen := d.mapping(v, path, map[string]field{"pools": d.strings(&c.Readiness.Pools)})
+			if n := seen["pools"]; n != nil && n.Kind == yaml.SequenceNode && len(n.Content) == len(c.Readiness.Pools) {
+				for _, e := range n.Content {
+					l.readiness = append(l.readiness, deref(e))
+				}
+			}
+		},
+		"metrics": func(v *yaml.Node, path string) {
+			d.mapping(v, path, map[string]field{
+				"per_server":      d.boolean(&c.Metrics.PerServer),
+				"latency_buckets": d.buckets(&c.Metrics.LatencyBuckets),
+			})
+		},
 		"fire_and_forget": func(v *yaml.Node, path string) {
 			d.mapping(v, path, map[string]field{
 				"prefixes":          d.strings(&c.FireAndForget.Prefixes),

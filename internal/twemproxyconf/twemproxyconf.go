@@ -116,6 +116,12 @@ func (p *twemPool) set(key string, value *yaml.Node, comment string) {
 	p.settings = append(p.settings, k, value)
 }
 
+// noEjection says what a pool converted from one without auto_eject_hosts does otherwise
+// than twemproxy did.
+const noEjection = "Unlike twemproxy, which sends every request for such a server's keys to it, moxi marks it dead after\n" +
+	"failure_limit failures in a row and then fails its keys at once, without trying it, until a probe\n" +
+	"(every dead_backoff, doubling up to dead_backoff_max) succeeds."
+
 // twemproxy's defaults where they differ from moxi's and change behaviour: written out
 // when the file leaves them out.
 const (
@@ -221,13 +227,18 @@ func (c *converter) pool(key, v *yaml.Node) *twemPool {
 	}
 	eject := got["auto_eject_hosts"]
 	switch {
-	case eject == nil:
-		p.set("failover", scalar("false"), "twemproxy's auto_eject_hosts is false when left out: a dead server's keys fail until it returns")
-	case eject.Value == "true" || eject.Value == "false":
-		p.set("failover", scalar(eject.Value), "from auto_eject_hosts")
+	case eject == nil || eject.Value == "false":
+		from := "from auto_eject_hosts"
+		if eject == nil {
+			from = "twemproxy's auto_eject_hosts is false when left out"
+		}
+		p.set("failover", scalar("false"), from+": a dead server's keys fail until it returns.\n"+noEjection)
+	case eject.Value == "true":
+		p.set("failover", scalar("true"), "from auto_eject_hosts")
 	default:
 		c.fail(eject, at("auto_eject_hosts"), "want true or false, got %q", eject.Value)
 	}
+	p.set("retries", scalar("0"), "twemproxy never sends a failed request again; moxi's default, retries: 1, would (and double the worst-case latency)")
 	if got["timeout"] == nil {
 		p.notes = append(p.notes, "twemproxy waits for a server forever without timeout; moxi gives each attempt its timeout (default 250ms)")
 	}
@@ -365,6 +376,11 @@ func render(filename string, pools []*twemPool, redis []string) ([]byte, error) 
 		k.HeadComment = strings.Join(p.notes, "\n")
 		list.Content = append(list.Content, k, &yaml.Node{Kind: yaml.MappingNode, Content: p.settings})
 	}
+	k := scalar("limits")
+	k.HeadComment = "twemproxy refuses flush_all (it closes the connection); true would send it to every server of every pool"
+	root.Content = append(root.Content, k, &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
+		scalar("allow_flush_all"), scalar("false"),
+	}})
 	root.Content = append(root.Content, scalar("pools"), list)
 	root.Content = append(root.Content, scalar("default_pool"), scalar(first.name))
 

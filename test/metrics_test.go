@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -582,5 +583,82 @@ func wantNotReady(t *testing.T, admin, when, want string, nudge func()) {
 	}
 	if code, _ := adminDo(t, "GET", "http://"+admin+"/healthz", ""); code != 200 {
 		t.Errorf("/healthz %s = %d, want 200", when, code)
+	}
+}
+
+// TestMetricsPerPool: with metrics.per_server false the moxi_backend_* series are one per
+// pool, summing its servers and up while one of them is; metrics.latency_buckets are the
+// request-duration histograms' buckets.
+func TestMetricsPerPool(t *testing.T) {
+	t.Parallel()
+	a, b, doomed := memcachedtest.Start(t), memcachedtest.Start(t), memcachedtest.Start(t)
+	path := writeConfig(t, fmt.Sprintf(`metrics:
+  per_server: false
+  latency_buckets: [0.001, 0.1]
+pools:
+  main:
+    servers: [%q, %q]
+  other:
+    timeout: 200ms
+    failure_limit: 1
+    failover: false
+    servers: [%q]
+default_pool: main
+routes:
+  - prefix: "other:"
+    pool: other
+`, a.Addr, b.Addr, doomed.Addr))
+	admin := freeAddr(t)
+	p := startMoxi(t, "--config", path, "--admin", admin)
+	if err := memcachedtest.WaitListening(admin, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c, r := dialConn(t, p.addr)
+	const keys = 20
+	for i := range keys {
+		roundTrip(t, c, r, fmt.Sprintf("set k%d 0 0 1\r\nv\r\n", i), "STORED")
+	}
+	doomed.Stop()
+	pollUntil(t, "pool other marked dead", func() bool {
+		roundTrip(t, c, r, "get other:k\r\n", "END")
+		return metricSample(metricFamilies(t, admin), "moxi_backend_up", "pool", "other") == 0
+	})
+	fams := metricFamilies(t, admin)
+	for _, name := range []string{"moxi_backend_up", "moxi_backend_requests_total", "moxi_backend_errors_total", "moxi_backend_request_duration_seconds"} {
+		f := fams[name]
+		if f == nil {
+			t.Errorf("no %s", name)
+			continue
+		}
+		pools := map[string]bool{}
+		for _, m := range f.GetMetric() {
+			if s := labelValue(m.GetLabel(), "server"); s != "" {
+				t.Errorf("%s has a server label (%s) with per_server false", name, s)
+			}
+			pools[labelValue(m.GetLabel(), "pool")] = true
+		}
+		if name != "moxi_backend_request_duration_seconds" && (!pools["main"] || !pools["other"]) {
+			t.Errorf("%s: pools %v, want main and other", name, pools)
+		}
+	}
+	if up := metricSample(fams, "moxi_backend_up", "pool", "main"); up != 1 {
+		t.Errorf("moxi_backend_up{pool=main} = %v, want 1", up)
+	}
+	if n := metricSample(fams, "moxi_backend_requests_total", "pool", "main"); n < keys {
+		t.Errorf("moxi_backend_requests_total{pool=main} = %v, want at least the %d sets over both servers", n, keys)
+	}
+	for _, name := range []string{"moxi_request_duration_seconds", "moxi_backend_request_duration_seconds"} {
+		f := fams[name]
+		if f == nil || len(f.GetMetric()) == 0 {
+			t.Errorf("no %s", name)
+			continue
+		}
+		var bounds []float64
+		for _, bk := range f.GetMetric()[0].GetHistogram().GetBucket() {
+			bounds = append(bounds, bk.GetUpperBound())
+		}
+		if !slices.Equal(bounds, []float64{0.001, 0.1, math.Inf(1)}) {
+			t.Errorf("%s buckets %v, want [0.001 0.1] (metrics.latency_buckets)", name, bounds)
+		}
 	}
 }

@@ -207,11 +207,17 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	cfg := loaded.Config
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The clients' buckets (metrics.latency_buckets), so that a server's latency and the
+	// clients' compare bucket for bucket.
+	latencyLabels := []string{"pool", "server"}
+	if !cfg.Metrics.PerServer {
+		latencyLabels = latencyLabels[:1]
+	}
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "moxi_backend_request_duration_seconds",
-		Help:    "Time from sending a request to a memcached server to its answer, by server.",
-		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
-	}, []string{"pool", "server"})
+		Help:    "Time from sending a request to a memcached server to its answer, by server (metrics.per_server) or pool.",
+		Buckets: cfg.Metrics.Buckets(),
+	}, latencyLabels)
 	reg.MustRegister(latency)
 
 	// Pools whose servers come from DNS: their names are asked now, and moxi serves once
@@ -241,7 +247,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	}
 
 	features := route.NewShared(route.Options{MaxBackgroundBytes: cfg.Limits.MaxBackgroundBytes, Registry: reg, Logger: logger})
-	builder := &topology.Builder{Logger: logger, Dial: true, Latency: latency, Features: features}
+	builder := &topology.Builder{Logger: logger, Dial: true, Latency: latency, LatencyByPool: !cfg.Metrics.PerServer, Features: features}
 	pending, err := builder.Build(cfg)
 	if err != nil {
 		return err
@@ -264,6 +270,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		Build:           moxi.Build(version),
 		Settings:        func() []protocol.Stat { return settingStats(rl.Config()) },
 		Registry:        reg,
+		LatencyBuckets:  cfg.Metrics.Buckets(),
 		Connections:     front.Connections,
 		MaxConnections:  cfg.Limits.MaxConnections,
 		MaxPending:      cfg.FireAndForget.MaxPending,
@@ -284,7 +291,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		Logger:    logger, Registry: reg, Grace: grace,
 	}, loaded)
 	close(rlReady)
-	reg.MustRegister(admin.NewServerCollector(px), admin.NewMigrationCollector(builder), admin.BuildInfo(moxi.Version(version)))
+	reg.MustRegister(admin.NewServerCollector(px, cfg.Metrics.PerServer), admin.NewMigrationCollector(builder), admin.BuildInfo(moxi.Version(version)))
 	reg.MustRegister(admin.StandInCollectors(builder.StandIns(), topology.MaxStandInKeys)...)
 
 	// The main listener, then the config's listeners; each serves TLS with the files the

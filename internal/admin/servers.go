@@ -36,20 +36,27 @@ func Servers(t *topology.Topology) []ServerState {
 }
 
 // ServerCollector exports the servers of whatever topology is running at scrape time, so
-// that a reload needs no metric bookkeeping.
+// that a reload needs no metric bookkeeping: each server's series (metrics.per_server), or
+// each pool's, which sum its servers' counters and are up while one of them is.
 type ServerCollector struct {
 	src                  Topologies
+	perServer            bool
 	up, requests, errors *prometheus.Desc
 }
 
-// NewServerCollector returns the collector of the servers of src's topology.
-func NewServerCollector(src Topologies) *ServerCollector {
+// NewServerCollector returns the collector of the servers of src's topology, labelled pool
+// and server when perServer is set, else pool alone.
+func NewServerCollector(src Topologies, perServer bool) *ServerCollector {
 	labels := []string{"pool", "server"}
+	if !perServer {
+		labels = labels[:1]
+	}
 	return &ServerCollector{
-		src:      src,
-		up:       prometheus.NewDesc("moxi_backend_up", "1 while the server is considered alive, 0 while it is marked dead.", labels, nil),
-		requests: prometheus.NewDesc("moxi_backend_requests_total", "Requests sent to the server.", labels, nil),
-		errors:   prometheus.NewDesc("moxi_backend_errors_total", "Requests the server did not answer, by kind: timeout, connect, io, overload.", append(labels, "kind"), nil),
+		src:       src,
+		perServer: perServer,
+		up:        prometheus.NewDesc("moxi_backend_up", "1 while the server is considered alive (per pool: one of its servers), 0 while it is marked dead.", labels, nil),
+		requests:  prometheus.NewDesc("moxi_backend_requests_total", "Requests sent to the server.", labels, nil),
+		errors:    prometheus.NewDesc("moxi_backend_errors_total", "Requests the server did not answer, by kind: timeout, connect, io, overload.", append(labels, "kind"), nil),
 	}
 }
 
@@ -59,25 +66,61 @@ func (c *ServerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.errors
 }
 
+// backendCounts are what one server, or one pool's servers together, export.
+type backendCounts struct {
+	up                                        bool
+	requests, timeouts, connect, io, overload uint64
+}
+
+func (n *backendCounts) add(m *pool.Member) {
+	c := m.Server.Info().Counters
+	n.up = n.up || m.Up()
+	n.requests += c.Requests
+	n.timeouts += c.Timeouts
+	n.connect += c.Connect
+	n.io += c.IO
+	n.overload += c.Overload
+}
+
+// Collect exports each server once, or each pool once, however many of the topology's
+// tables list it.
 func (c *ServerCollector) Collect(ch chan<- prometheus.Metric) {
 	seen := map[*pool.Member]bool{}
+	seenPools := map[string]bool{}
 	for _, pl := range c.src.Topology().Pools {
+		if !c.perServer {
+			if seenPools[pl.Name()] {
+				continue
+			}
+			seenPools[pl.Name()] = true
+			var total backendCounts
+			for i := range pl.Len() {
+				total.add(pl.Member(i))
+			}
+			c.export(ch, &total, pl.Name())
+			continue
+		}
 		for i := range pl.Len() {
 			m := pl.Member(i)
 			if seen[m] {
 				continue
 			}
 			seen[m] = true
-			up := 0.0
-			if m.Up() {
-				up = 1
-			}
-			ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up, pl.Name(), m.Name)
-			n := m.Server.Info().Counters
-			ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(n.Requests), pl.Name(), m.Name)
-			for kind, v := range map[string]uint64{"timeout": n.Timeouts, "connect": n.Connect, "io": n.IO, "overload": n.Overload} {
-				ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(v), pl.Name(), m.Name, kind)
-			}
+			var one backendCounts
+			one.add(m)
+			c.export(ch, &one, pl.Name(), m.Name)
 		}
+	}
+}
+
+func (c *ServerCollector) export(ch chan<- prometheus.Metric, n *backendCounts, labels ...string) {
+	up := 0.0
+	if n.up {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up, labels...)
+	ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(n.requests), labels...)
+	for kind, v := range map[string]uint64{"timeout": n.timeouts, "connect": n.connect, "io": n.io, "overload": n.overload} {
+		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(v), append(labels[:len(labels):len(labels)], kind)...)
 	}
 }

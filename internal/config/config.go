@@ -71,12 +71,17 @@ type Readiness struct {
 // Metrics bounds the series moxi exports.
 type Metrics struct {
 	PerServer      bool      // moxi_backend_* series for each server; false: none, only per pool
-	LatencyBuckets []float64 // the request-duration histograms' upper bounds in seconds, ascending; nil: DefaultLatencyBuckets
+	LatencyBuckets []float64 // the request-duration histograms' upper bounds in seconds, ascending; nil: the built-in ones (Buckets)
 }
 
-// DefaultLatencyBuckets are the request-duration histograms' buckets when
-// metrics.latency_buckets is empty: 50 µs to 2.5 s.
-var DefaultLatencyBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+// Buckets are the request-duration histograms' buckets: LatencyBuckets, or when it is
+// empty the built-in ones, from 50 µs to 2.5 s.
+func (m Metrics) Buckets() []float64 {
+	if len(m.LatencyBuckets) > 0 {
+		return m.LatencyBuckets
+	}
+	return []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+}
 
 // Auth is the auth section: a client must authenticate (binary SASL PLAIN, or the text
 // protocol's set of "user password", as memcached -S and -Y) before any other request.

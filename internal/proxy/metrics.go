@@ -76,7 +76,7 @@ func (m *metrics) rejected(s protocol.Status) {
 	}
 }
 
-func newMetrics(reg prometheus.Registerer, pending func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, buckets []float64, pending func() float64) *metrics {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moxi_requests_total",
 		Help: "Client requests handled, by memcached command.",
@@ -84,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) *metrics {
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "moxi_request_duration_seconds",
 		Help:    "Time from a decoded client request to its answer, by memcached command.",
-		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		Buckets: buckets,
 	}, []string{"command"})
 	errorAnswers := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moxi_error_answers_total",

@@ -30,6 +30,9 @@ type Options struct {
 	Release  string                // the release number, x.y.z: the number "version" answers
 	Build    string                // the build string, answered after the name when it is not Release
 	Registry prometheus.Registerer // where the request metrics go; nil = not exported
+	// LatencyBuckets are moxi_request_duration_seconds' buckets; nil = the config's default
+	// (config.Metrics.Buckets).
+	LatencyBuckets []float64
 	// Connections reports the frontend's current and total client connections for "stats";
 	// nil reports zeros.
 	Connections func() (current, total uint64)
@@ -80,6 +83,9 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 	if opts.MaxPendingBytes <= 0 {
 		opts.MaxPendingBytes = def.FireAndForget.MaxPendingBytes
 	}
+	if opts.LatencyBuckets == nil {
+		opts.LatencyBuckets = def.Metrics.Buckets()
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -90,7 +96,7 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 	}
 	p.writes = &p.features.Writes
 	p.queue = fireforget.New(fireAndForgetWorkers, opts.MaxPending, opts.MaxPendingBytes, p.writeQueued, opts.Logger)
-	p.metrics = newMetrics(reg, func() float64 { return float64(p.queue.Pending()) })
+	p.metrics = newMetrics(reg, opts.LatencyBuckets, func() float64 { return float64(p.queue.Pending()) })
 	p.Swap(topo)
 	counter := func(name, help string, v func() uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })

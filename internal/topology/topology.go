@@ -37,8 +37,10 @@ type Builder struct {
 	Logger *slog.Logger
 	// Dial false makes remote servers placeholders that never connect (for --check).
 	Dial bool
-	// Latency, when set, gets each remote server's answer times, labelled pool and server.
-	Latency *prometheus.HistogramVec
+	// Latency, when set, gets each remote server's answer times, labelled pool and server —
+	// or pool alone when LatencyByPool is set (metrics.per_server: false).
+	Latency       *prometheus.HistogramVec
+	LatencyByPool bool
 	// Features is what the servers composed with a pool's backup, warm_from and shadow
 	// pools share (package route); nil = one of the Builder's own, made by the first Build.
 	Features *route.Shared
@@ -396,8 +398,11 @@ func (b *Builder) reshardDone(pool, name string) bool {
 
 // observer is the latency histogram's series for one server, or nil.
 func (b *Builder) observer(pool, server string) func(float64) {
-	if b.Latency == nil {
+	switch {
+	case b.Latency == nil:
 		return nil
+	case b.LatencyByPool:
+		return b.Latency.WithLabelValues(pool).Observe
 	}
 	return b.Latency.WithLabelValues(pool, server).Observe
 }
@@ -436,8 +441,12 @@ func (pd *Pending) Commit(grace time.Duration) {
 	for k, s := range b.running {
 		if _, kept := pd.servers[k]; !kept {
 			drop = append(drop, s)
-			if b.Latency != nil && !pd.serves(k.pool, k.name) {
+			switch {
+			case b.Latency == nil:
+			case !b.LatencyByPool && !pd.serves(k.pool, k.name):
 				b.Latency.DeleteLabelValues(k.pool, k.name)
+			case b.LatencyByPool && !pd.servesPool(k.pool):
+				b.Latency.DeleteLabelValues(k.pool)
 			}
 		}
 	}
@@ -477,6 +486,16 @@ func (pd *Pending) Commit(grace time.Duration) {
 func (pd *Pending) serves(pool, name string) bool {
 	for k := range pd.servers {
 		if k.pool == pool && k.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// servesPool reports whether pd keeps a server of pool.
+func (pd *Pending) servesPool(pool string) bool {
+	for k := range pd.servers {
+		if k.pool == pool {
 			return true
 		}
 	}

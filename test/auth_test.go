@@ -398,7 +398,7 @@ func TestAuthReloadAndPacing(t *testing.T) {
 	// Failures in a row: the fifth on is answered only after a wait (auth.Delay), the
 	// eighth after 1.6 s, during which another client logs in and is served.
 	before := metricValue(t, admin, "moxi_auth_failures_total")
-	errorsBefore := metricValue(t, admin, `moxi_error_answers_total{kind="client_error"}`)
+	errorsBefore := metricValue(t, admin, `moxi_error_answers_total{kind="client_error",pool=""}`)
 	guesser, guesserR := dialConn(t, moxi.addr)
 	for range 7 {
 		if got := roundTrip(t, guesser, guesserR, "set auth 0 0 11\r\nalice guess\r\n", "STORED"); got[0] != "CLIENT_ERROR authentication failure" {
@@ -427,8 +427,8 @@ func TestAuthReloadAndPacing(t *testing.T) {
 	if got := metricValue(t, admin, "moxi_auth_failures_total") - before; got != 8 {
 		t.Errorf("moxi_auth_failures_total rose by %v, want 8", got)
 	}
-	if got := metricValue(t, admin, `moxi_error_answers_total{kind="client_error"}`) - errorsBefore; got != 8 {
-		t.Errorf("moxi_error_answers_total{kind=\"client_error\"} rose by %v, want 8: one per refused login", got)
+	if got := metricValue(t, admin, `moxi_error_answers_total{kind="client_error",pool=""}`) - errorsBefore; got != 8 {
+		t.Errorf("moxi_error_answers_total{kind=\"client_error\",pool=\"\"} rose by %v, want 8: one per refused login", got)
 	}
 	if strings.Contains(moxi.out.String(), "guess") {
 		t.Error("moxi logged a password")

@@ -28,11 +28,11 @@ import (
 // ties the list to the names in the code, TestDeployMetricsExported to a running moxi.
 var exportedFamilies = []exportedMetric{
 	// Client requests (internal/proxy).
-	{"moxi_requests_total", dto.MetricType_COUNTER, []string{"command"}},
+	{"moxi_requests_total", dto.MetricType_COUNTER, []string{"pool", "command"}},
 	{"moxi_request_duration_seconds", dto.MetricType_HISTOGRAM, []string{"command"}},
-	{"moxi_error_answers_total", dto.MetricType_COUNTER, []string{"kind"}},
-	{"moxi_get_hits_total", dto.MetricType_COUNTER, nil},
-	{"moxi_get_misses_total", dto.MetricType_COUNTER, nil},
+	{"moxi_error_answers_total", dto.MetricType_COUNTER, []string{"pool", "kind"}},
+	{"moxi_get_hits_total", dto.MetricType_COUNTER, []string{"pool"}},
+	{"moxi_get_misses_total", dto.MetricType_COUNTER, []string{"pool"}},
 	{"moxi_dedup_coalesced_total", dto.MetricType_COUNTER, nil},
 	{"moxi_hotcache_hits_total", dto.MetricType_COUNTER, nil},
 	{"moxi_hotcache_misses_total", dto.MetricType_COUNTER, nil},
@@ -75,6 +75,7 @@ var exportedFamilies = []exportedMetric{
 	{"moxi_config_last_reload_successful", dto.MetricType_GAUGE, nil},
 	{"moxi_config_last_reload_success_timestamp_seconds", dto.MetricType_GAUGE, nil},
 	{"moxi_build_info", dto.MetricType_GAUGE, []string{"version", "goversion"}},
+	{"moxi_config_info", dto.MetricType_GAUGE, []string{"hash"}},
 }
 
 type exportedMetric struct {

@@ -35,7 +35,7 @@ var operatorMetrics = []string{
 	"moxi_migration_keys_listed", "moxi_migration_phase", "moxi_build_info",
 	"moxi_config_last_reload_successful", "moxi_config_last_reload_success_timestamp_seconds",
 	"moxi_get_hits_total", "moxi_get_misses_total", "moxi_error_answers_total",
-	"moxi_connections_total", "moxi_warmup_reads_total", "moxi_shadow_requests_total",
+	"moxi_connections_total", "moxi_warmup_reads_total", "moxi_shadow_requests_total", "moxi_config_info",
 }
 
 // versionLine is what moxi answers to "version" for the version moxi_build_info names:
@@ -84,13 +84,14 @@ func metricFamilies(t *testing.T, admin string) map[string]*dto.MetricFamily {
 	return fams
 }
 
-// metricSample is the value of the series of name whose labels include labels (name, value,
-// …), or -1 when there is none.
+// metricSample is the sum of the values of the series of name whose labels include labels
+// (name, value, …), or -1 when there is none.
 func metricSample(fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
 	f, ok := fams[name]
 	if !ok {
 		return -1
 	}
+	sum, found := 0.0, false
 next:
 	for _, m := range f.GetMetric() {
 		have := map[string]string{}
@@ -102,17 +103,22 @@ next:
 				continue next
 			}
 		}
+		found = true
 		switch {
 		case m.GetCounter() != nil:
-			return m.GetCounter().GetValue()
+			sum += m.GetCounter().GetValue()
 		case m.GetGauge() != nil:
-			return m.GetGauge().GetValue()
+			sum += m.GetGauge().GetValue()
 		case m.GetHistogram() != nil:
-			return float64(m.GetHistogram().GetSampleCount())
+			sum += float64(m.GetHistogram().GetSampleCount())
+		default:
+			sum += m.GetUntyped().GetValue()
 		}
-		return m.GetUntyped().GetValue()
 	}
-	return -1
+	if !found {
+		return -1
+	}
+	return sum
 }
 
 // pollUntil waits until cond is true (see poll), failing the test, named by what, after 20 s.
@@ -637,8 +643,15 @@ routes:
 			}
 			pools[labelValue(m.GetLabel(), "pool")] = true
 		}
-		if name != "moxi_backend_request_duration_seconds" && (!pools["main"] || !pools["other"]) {
-			t.Errorf("%s: pools %v, want main and other", name, pools)
+		switch name {
+		case "moxi_backend_up", "moxi_backend_requests_total":
+			if !pools["main"] || !pools["other"] {
+				t.Errorf("%s: pools %v, want main and other", name, pools)
+			}
+		case "moxi_backend_errors_total": // a kind's series exists once it happened
+			if !pools["other"] || pools["main"] {
+				t.Errorf("%s: pools %v, want other's failures alone", name, pools)
+			}
 		}
 	}
 	if up := metricSample(fams, "moxi_backend_up", "pool", "main"); up != 1 {
@@ -660,5 +673,101 @@ routes:
 		if !slices.Equal(bounds, []float64{0.001, 0.1, math.Inf(1)}) {
 			t.Errorf("%s buckets %v, want [0.001 0.1] (metrics.latency_buckets)", name, bounds)
 		}
+	}
+}
+
+// TestConfigInfoDrift: two proxies in front of the same server export one config hash when
+// they run the same file and two when their files differ, until a reload makes them agree.
+func TestConfigInfoDrift(t *testing.T) {
+	t.Parallel()
+	mc := memcachedtest.Start(t)
+	plain := fmt.Sprintf("pools:\n  main:\n    servers: [%q]\n", mc.Addr)
+	hot := plain + "hot_cache:\n  prefixes: [\"hot:\"]\n"
+	hashOf := func(admin string) string {
+		f := metricFamilies(t, admin)["moxi_config_info"]
+		if f == nil || len(f.GetMetric()) != 1 {
+			t.Fatalf("moxi_config_info on %s: %v", admin, f)
+		}
+		return labelValue(f.GetMetric()[0].GetLabel(), "hash")
+	}
+	var admins, paths []string
+	for _, cfg := range []string{plain, hot} {
+		path, admin := writeConfig(t, cfg), freeAddr(t)
+		startMoxi(t, "--config", path, "--admin", admin)
+		if err := memcachedtest.WaitListening(admin, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		admins, paths = append(admins, admin), append(paths, path)
+	}
+	if a, b := hashOf(admins[0]), hashOf(admins[1]); a == b {
+		t.Errorf("proxies with different files export one hash %s", a)
+	}
+	if err := os.WriteFile(paths[1], []byte(plain), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := postReload(t, admins[1]); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	if a, b := hashOf(admins[0]), hashOf(admins[1]); a != b {
+		t.Errorf("proxies running the same file export hashes %s and %s", a, b)
+	}
+}
+
+// TestSeriesCount: a proxy with 2 pools of 5 servers in all, after traffic on 5 commands,
+// exports at most 200 moxi_* series with the defaults (each histogram bucket, sum and count
+// one series, as Prometheus stores them), and fewer with metrics.per_server false.
+func TestSeriesCount(t *testing.T) {
+	t.Parallel()
+	mcs := cluster(t, 5)
+	count := func(settings string) (n int, families map[string]int) {
+		path := writeConfig(t, fmt.Sprintf(`%spools:
+  main:
+    servers: [%q, %q, %q]
+  other:
+    servers: [%q, %q]
+default_pool: main
+routes:
+  - prefix: "other:"
+    pool: other
+`, settings, mcs[0].Addr, mcs[1].Addr, mcs[2].Addr, mcs[3].Addr, mcs[4].Addr))
+		admin := freeAddr(t)
+		p := startMoxi(t, "--config", path, "--admin", admin)
+		if err := memcachedtest.WaitListening(admin, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		c, r := dialConn(t, p.addr)
+		for i := range 20 {
+			for _, k := range []string{fmt.Sprintf("k%d", i), fmt.Sprintf("other:k%d", i)} {
+				roundTrip(t, c, r, "set "+k+" 0 0 1\r\n1\r\n", "STORED")
+				roundTrip(t, c, r, "get "+k+"\r\n", "END")
+				roundTrip(t, c, r, "incr "+k+" 1\r\n", "2")
+				roundTrip(t, c, r, "touch "+k+" 0\r\n", "TOUCHED")
+				roundTrip(t, c, r, "delete "+k+"\r\n", "DELETED")
+			}
+		}
+		families = map[string]int{}
+		for name, f := range metricFamilies(t, admin) {
+			if !strings.HasPrefix(name, "moxi_") {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				series := 1
+				if h := m.GetHistogram(); h != nil {
+					series = len(h.GetBucket()) + 2 // each bucket (+Inf among them), the sum and the count
+				}
+				n += series
+				families[name] += series
+			}
+		}
+		return n, families
+	}
+	byServer, families := count("")
+	byPool, _ := count("metrics:\n  per_server: false\n")
+	t.Logf("moxi_* series, 2 pools, 5 servers, 5 commands: %d per server (the default), %d with per_server false", byServer, byPool)
+	if byServer > 200 {
+		t.Errorf("%d moxi_* series with the defaults, want at most 200; by family: %v", byServer, families)
+	}
+	if byPool >= byServer {
+		t.Errorf("per_server false: %d series, not fewer than the %d per server", byPool, byServer)
 	}
 }

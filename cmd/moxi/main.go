@@ -291,7 +291,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		Logger:    logger, Registry: reg, Grace: grace,
 	}, loaded)
 	close(rlReady)
-	reg.MustRegister(admin.NewServerCollector(px, cfg.Metrics.PerServer), admin.NewMigrationCollector(builder), admin.BuildInfo(moxi.Version(version)))
+	reg.MustRegister(admin.NewServerCollector(px, cfg.Metrics.PerServer), admin.NewMigrationCollector(builder), admin.BuildInfo(moxi.Version(version)), admin.ConfigInfo(rl))
 	reg.MustRegister(admin.StandInCollectors(builder.StandIns(), topology.MaxStandInKeys)...)
 
 	// The main listener, then the config's listeners; each serves TLS with the files the

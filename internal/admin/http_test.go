@@ -212,3 +212,30 @@ func TestHalfSentRequestsDropped(t *testing.T) {
 		t.Errorf("GET /healthz after the flood = %d %q", resp.StatusCode, body)
 	}
 }
+
+// TestConfigInfo: moxi_config_info's hash follows the config in service: equal for equal
+// configs, whatever their listen and admin addresses, and different for different ones.
+func TestConfigInfo(t *testing.T) {
+	hashOf := func(cfg *config.Config) string {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(ConfigInfo(fixed{cfg: cfg}))
+		fams, err := reg.Gather()
+		if err != nil || len(fams) != 1 || len(fams[0].GetMetric()) != 1 {
+			t.Fatalf("moxi_config_info: %v %v", fams, err)
+		}
+		m := fams[0].GetMetric()[0]
+		if m.GetGauge().GetValue() != 1 || len(m.GetLabel()) != 1 || m.GetLabel()[0].GetName() != "hash" {
+			t.Fatalf("moxi_config_info = %v", m)
+		}
+		return m.GetLabel()[0].GetValue()
+	}
+	a, b, c := config.Default(), config.Default(), config.Default()
+	b.Listen, b.Admin = "127.0.0.1:1", "127.0.0.1:2"
+	c.HotCache.Prefixes = []string{"hot:"}
+	if hashOf(a) != hashOf(b) {
+		t.Errorf("configs that differ only in listen and admin hash apart: %s, %s", hashOf(a), hashOf(b))
+	}
+	if hashOf(a) == hashOf(c) {
+		t.Errorf("configs that differ in hot_cache.prefixes hash alike: %s", hashOf(a))
+	}
+}

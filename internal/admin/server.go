@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"log"
 	"net"
 	"net/http"
@@ -8,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -169,4 +172,50 @@ func BuildInfo(version string) prometheus.Collector {
 		Help:        "Always 1; labelled with moxi's version and the Go version it was built with.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
 	}, func() float64 { return 1 })
+}
+
+// ConfigInfo is moxi_config_info{hash}, always 1: the hash of the config in service (its
+// effective form, every default written out, as GET /config serves it), so that the
+// proxies of a tier that run different configurations show apart. The addresses of
+// listen and admin are left out: a flag may set them per process (--listen, --admin) in
+// a tier that runs one file.
+func ConfigInfo(configs Reloader) prometheus.Collector {
+	return &configInfo{configs: configs, desc: prometheus.NewDesc("moxi_config_info",
+		"Always 1; labelled with the hash of the effective config in service (GET /config): proxies of one tier should agree.",
+		[]string{"hash"}, nil)}
+}
+
+type configInfo struct {
+	configs Reloader
+	desc    *prometheus.Desc
+
+	mu     sync.Mutex
+	hashed *config.Config // the config whose hash is hash
+	hash   string
+}
+
+func (c *configInfo) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *configInfo) Collect(ch chan<- prometheus.Metric) {
+	cfg := c.configs.Config()
+	c.mu.Lock()
+	if cfg != c.hashed {
+		c.hashed, c.hash = cfg, ConfigHash(cfg)
+	}
+	hash := c.hash
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1, hash)
+}
+
+// ConfigHash is the first 16 hex digits of the SHA-256 of cfg's effective YAML, listen and
+// admin left out.
+func ConfigHash(cfg *config.Config) string {
+	c := *cfg
+	c.Listen, c.Admin = "", ""
+	out, err := c.YAML()
+	if err != nil {
+		return "unknown"
+	}
+	sum := sha256.Sum256(out)
+	return hex.EncodeToString(sum[:8])
 }

@@ -121,6 +121,8 @@ func (c *ServerCollector) export(ch chan<- prometheus.Metric, n *backendCounts, 
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up, labels...)
 	ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(n.requests), labels...)
 	for kind, v := range map[string]uint64{"timeout": n.timeouts, "connect": n.connect, "io": n.io, "overload": n.overload} {
-		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(v), append(labels[:len(labels):len(labels)], kind)...)
+		if v > 0 { // a kind's series exists once it happened: most servers never fail
+			ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(v), append(labels[:len(labels):len(labels)], kind)...)
+		}
 	}
 }

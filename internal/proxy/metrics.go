@@ -1,20 +1,82 @@
 package proxy
 
 import (
+	"maps"
+	"sync"
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
-// metrics are the request path's Prometheus series, resolved per command once so that a
-// request costs no label lookup.
+// metrics are the request path's Prometheus series. A series labelled by command, or by
+// pool, is created when first used, so that a proxy exports what its clients ask and not
+// every command of every protocol; once created it is resolved without a label lookup.
 type metrics struct {
-	requests [protocol.NumOps]prometheus.Counter
-	duration [protocol.NumOps]prometheus.Observer
+	requests, getHits, getMisses, errorAnswers *prometheus.CounterVec
+	duration                                   *prometheus.HistogramVec
+	durations                                  [protocol.NumOps]lazy[prometheus.Observer]
+
+	mu    sync.Mutex                              // held to add a pool to pools
+	pools atomic.Pointer[map[string]*poolMetrics] // copied on write: read without a lock
 
 	coalesced, hotHits, hotMisses prometheus.Counter
-	getHits, getMisses            prometheus.Counter
-	errorAnswers                  [numErrorKinds]prometheus.Counter
+}
+
+// poolMetrics are the series of one pool ("" for requests of none: version, stats,
+// flush_all, and requests the decoder rejected).
+type poolMetrics struct {
+	requests           [protocol.NumOps]lazy[prometheus.Counter]
+	getHits, getMisses lazy[prometheus.Counter]
+	errorAnswers       [numErrorKinds]lazy[prometheus.Counter]
+	name               string
+	m                  *metrics
+}
+
+// lazy is a series created at its first use. Two first uses at once both create it, which
+// is harmless: a vector gives the same series for the same labels.
+type lazy[T any] struct{ p atomic.Pointer[T] }
+
+func (l *lazy[T]) get(create func() T) T {
+	if p := l.p.Load(); p != nil {
+		return *p
+	}
+	v := create()
+	l.p.Store(&v)
+	return v
+}
+
+// pool is the series of the pool named name.
+func (m *metrics) pool(name string) *poolMetrics {
+	if pm := (*m.pools.Load())[name]; pm != nil {
+		return pm
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.pools.Load()
+	if pm := old[name]; pm != nil {
+		return pm
+	}
+	next := make(map[string]*poolMetrics, len(old)+1)
+	maps.Copy(next, old)
+	pm := &poolMetrics{name: name, m: m}
+	next[name] = pm
+	m.pools.Store(&next)
+	return pm
+}
+
+// request counts a request of op that took seconds.
+func (m *metrics) request(pm *poolMetrics, op protocol.Op, seconds float64) {
+	name := op.String()
+	pm.requests[op].get(func() prometheus.Counter { return m.requests.WithLabelValues(pm.name, name) }).Inc()
+	m.durations[op].get(func() prometheus.Observer { return m.duration.WithLabelValues(name) }).Observe(seconds)
+}
+
+func (pm *poolMetrics) errorAnswer(kind int) {
+	pm.errorAnswers[kind].get(func() prometheus.Counter {
+		return pm.m.errorAnswers.WithLabelValues(pm.name, errorKindNames[kind])
+	}).Inc()
 }
 
 // The kinds of moxi_error_answers_total, named by the word that starts the answer's text
@@ -46,7 +108,7 @@ func errorKind(s protocol.Status) int {
 // answered counts the hits and misses of a retrieval (get, gets, gat, gats, mg: one per
 // key) and the error answers among resps; errors to a noreply request are not sent, so
 // not counted.
-func (m *metrics) answered(req *protocol.Request, resps []protocol.Response) {
+func (pm *poolMetrics) answered(req *protocol.Request, resps []protocol.Response) {
 	retrieval := req.Op.IsRetrieval() || req.Op == protocol.OpMetaGet
 	var hits, misses float64
 	for i := range resps {
@@ -57,40 +119,48 @@ func (m *metrics) answered(req *protocol.Request, resps []protocol.Response) {
 			misses++
 		case !req.NoReply:
 			if k := errorKind(s); k != noError {
-				m.errorAnswers[k].Inc()
+				pm.errorAnswer(k)
 			}
 		}
 	}
 	if hits > 0 {
-		m.getHits.Add(hits)
+		pm.getHits.get(func() prometheus.Counter { return pm.m.getHits.WithLabelValues(pm.name) }).Add(hits)
 	}
 	if misses > 0 {
-		m.getMisses.Add(misses)
+		pm.getMisses.get(func() prometheus.Counter { return pm.m.getMisses.WithLabelValues(pm.name) }).Add(misses)
 	}
 }
 
-// rejected counts the answer to a request the decoder rejected.
+// rejected counts the answer to a request the decoder rejected, of no pool.
 func (m *metrics) rejected(s protocol.Status) {
 	if k := errorKind(s); k != noError {
-		m.errorAnswers[k].Inc()
+		m.pool("").errorAnswer(k)
 	}
 }
 
 func newMetrics(reg prometheus.Registerer, buckets []float64, pending func() float64) *metrics {
-	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "moxi_requests_total",
-		Help: "Client requests handled, by memcached command.",
-	}, []string{"command"})
-	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "moxi_request_duration_seconds",
-		Help:    "Time from a decoded client request to its answer, by memcached command.",
-		Buckets: buckets,
-	}, []string{"command"})
-	errorAnswers := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "moxi_error_answers_total",
-		Help: "Error answers sent to clients, by kind: server_error (SERVER_ERROR; binary 0x0086, 0x0082, 0x0003), client_error (CLIENT_ERROR; binary 0x0004, 0x0006, 0x0020), error (ERROR; binary 0x0081).",
-	}, []string{"kind"})
 	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "moxi_requests_total",
+			Help: "Client requests handled, by pool (empty for commands of none) and memcached command.",
+		}, []string{"pool", "command"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "moxi_request_duration_seconds",
+			Help:    "Time from a decoded client request to its answer, by memcached command.",
+			Buckets: buckets,
+		}, []string{"command"}),
+		errorAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "moxi_error_answers_total",
+			Help: "Error answers sent to clients, by pool and kind: server_error (SERVER_ERROR; binary 0x0086, 0x0082, 0x0003), client_error (CLIENT_ERROR; binary 0x0004, 0x0006, 0x0020), error (ERROR; binary 0x0081).",
+		}, []string{"pool", "kind"}),
+		getHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "moxi_get_hits_total",
+			Help: "Keys read with a value, by pool, every protocol: get, gets, gat, gats (text and binary) and mg.",
+		}, []string{"pool"}),
+		getMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "moxi_get_misses_total",
+			Help: "Keys read and not found, by pool, every protocol: get, gets, gat, gats (text and binary) and mg.",
+		}, []string{"pool"}),
 		coalesced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "moxi_dedup_coalesced_total",
 			Help: "Gets answered by joining an identical get already in flight instead of asking a server.",
@@ -103,27 +173,12 @@ func newMetrics(reg prometheus.Registerer, buckets []float64, pending func() flo
 			Name: "moxi_hotcache_misses_total",
 			Help: "Reads of hot-cache keys that had to ask a server.",
 		}),
-		getHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "moxi_get_hits_total",
-			Help: "Keys read with a value, every protocol: get, gets, gat, gats (text and binary) and mg.",
-		}),
-		getMisses: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "moxi_get_misses_total",
-			Help: "Keys read and not found, every protocol: get, gets, gat, gats (text and binary) and mg.",
-		}),
 	}
-	reg.MustRegister(requests, duration, errorAnswers, m.coalesced, m.hotHits, m.hotMisses, m.getHits, m.getMisses,
+	m.pools.Store(&map[string]*poolMetrics{})
+	reg.MustRegister(m.requests, m.duration, m.errorAnswers, m.getHits, m.getMisses, m.coalesced, m.hotHits, m.hotMisses,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "moxi_fire_and_forget_pending",
 			Help: "Fire-and-forget writes queued or being written.",
 		}, pending))
-	for k, name := range errorKindNames {
-		m.errorAnswers[k] = errorAnswers.WithLabelValues(name)
-	}
-	for op := range protocol.NumOps {
-		name := protocol.Op(op).String()
-		m.requests[op] = requests.WithLabelValues(name)
-		m.duration[op] = duration.WithLabelValues(name)
-	}
 	return m
 }

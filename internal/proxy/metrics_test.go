@@ -14,14 +14,15 @@ import (
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
-// value is the sample of family name whose labels include want (name=value pairs), or
-// -1 when there is none.
+// value is the sum of the samples of family name whose labels include want (name=value
+// pairs), or -1 when there is none.
 func value(t *testing.T, reg *prometheus.Registry, name string, want ...string) float64 {
 	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	sum, found := 0.0, false
 	for _, f := range fams {
 		if f.GetName() != name {
 			continue
@@ -37,13 +38,18 @@ func value(t *testing.T, reg *prometheus.Registry, name string, want ...string) 
 					continue next
 				}
 			}
+			found = true
 			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
+				sum += c.GetValue()
+			} else {
+				sum += m.GetGauge().GetValue()
 			}
-			return m.GetGauge().GetValue()
 		}
 	}
-	return -1
+	if !found {
+		return -1
+	}
+	return sum
 }
 
 // down is a server that fails every request with a backend's error, which names its
@@ -76,11 +82,16 @@ func TestAnswerMetrics(t *testing.T) {
 		labels []string
 		want   float64
 	}{
-		{"moxi_get_hits_total", nil, 3},
-		{"moxi_get_misses_total", nil, 3},
+		{"moxi_get_hits_total", []string{"pool", "main"}, 3},
+		{"moxi_get_misses_total", []string{"pool", "main"}, 3},
 		{"moxi_error_answers_total", []string{"kind", "client_error"}, 2},
+		{"moxi_error_answers_total", []string{"kind", "client_error", "pool", "main"}, 1}, // the incr
+		{"moxi_error_answers_total", []string{"kind", "client_error", "pool", ""}, 1},     // rejected: of no pool
 		{"moxi_error_answers_total", []string{"kind", "error"}, 1},
 		{"moxi_error_answers_total", []string{"kind", "server_error"}, 1},
+		{"moxi_requests_total", []string{"pool", "main", "command", "get"}, 1},
+		{"moxi_requests_total", []string{"pool", "main", "command", "set"}, 3},
+		{"moxi_requests_total", []string{"command", "touch"}, -1}, // never asked: no series
 	} {
 		if got := value(t, reg, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

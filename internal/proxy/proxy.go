@@ -244,17 +244,25 @@ func (p *Proxy) handleOne(ctx context.Context, order *turn.Turn, t *topology.Top
 	default:
 		one[0] = protocol.Response{Status: protocol.StatusUnknownCommand} // never: Start takes every other request
 	}
-	p.account(req, one, time.Since(start).Seconds())
+	var pl *pool.Pool
+	if queued {
+		pl = t.PoolFor(req.Key)
+	}
+	p.account(pl, req, one, time.Since(start).Seconds())
 }
 
-// account counts a request answered with resps, which took seconds (the requests of a run
-// all take the run's time, read once).
-func (p *Proxy) account(req *protocol.Request, resps []protocol.Response, seconds float64) {
+// account counts a request of pl (nil: of no pool) answered with resps, which took seconds
+// (the requests of a run all take the run's time, read once).
+func (p *Proxy) account(pl *pool.Pool, req *protocol.Request, resps []protocol.Response, seconds float64) {
 	p.stats.count(req, resps)
 	p.stats.detail.record(req, resps) // one atomic load while "stats detail" is off
-	p.metrics.requests[req.Op].Inc()
-	p.metrics.duration[req.Op].Observe(seconds)
-	p.metrics.answered(req, resps)
+	name := ""
+	if pl != nil {
+		name = pl.Name()
+	}
+	pm := p.metrics.pool(name)
+	p.metrics.request(pm, req.Op, seconds)
+	pm.answered(req, resps)
 }
 
 // flushRefused is memcached -F's answer to flush_all (text) and flush (binary: status

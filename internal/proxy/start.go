@@ -374,9 +374,9 @@ func (r *startedRun) complete() {
 				p.settle(t, k) // it ends what is cached
 			}
 		}
-		p.account(req, r.resps, took)
+		p.account(r.pool, req, r.resps, took)
 	} else {
-		p.endRun(t, r.reqs, r.resps, took)
+		p.endRun(t, r.pool, r.reqs, r.resps, took)
 	}
 	done := r.done
 	r.release()

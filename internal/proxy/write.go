@@ -86,8 +86,9 @@ func (p *Proxy) run(ctx context.Context, order *turn.Turn, t *topology.Topology,
 }
 
 // endRun settles and counts a run's answers, which took seconds: each get's answer names
-// its key, each write's key is settled (endWrite), each request is counted.
-func (p *Proxy) endRun(t *topology.Topology, reqs []protocol.Request, resps []protocol.Response, seconds float64) {
+// its key, each write's key is settled (endWrite), each request is counted in pl, or when
+// the run spans pools (pl nil) in its key's.
+func (p *Proxy) endRun(t *topology.Topology, pl *pool.Pool, reqs []protocol.Request, resps []protocol.Response, seconds float64) {
 	for i := range reqs {
 		req := &reqs[i]
 		switch {
@@ -96,7 +97,11 @@ func (p *Proxy) endRun(t *topology.Topology, reqs []protocol.Request, resps []pr
 		case req.Op.ChangesKey():
 			p.endWrite(t, req.Key)
 		}
-		p.account(req, resps[i:i+1], seconds)
+		of := pl
+		if of == nil {
+			of = t.PoolFor(runKey(req))
+		}
+		p.account(of, req, resps[i:i+1], seconds)
 	}
 }
 

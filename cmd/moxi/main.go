@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -174,7 +176,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if o.check {
-		return check(loaded.Config, stdout, stderr)
+		return check(o.configPath, loaded.Config, stdout, stderr)
 	}
 	if err := serve(loaded, o, logger); err != nil {
 		logger.Error("moxi stopped", "err", err)
@@ -183,22 +185,63 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// check validates cfg as far as building its topology and prints the effective config.
-func check(cfg *config.Config, stdout, stderr io.Writer) int {
+// check validates cfg as far as building its topology and prints the effective config,
+// then on stderr what deserves a second look (warnings) and a summary: the pools, their
+// servers and each server's share of its pool's keys.
+func check(path string, cfg *config.Config, stdout, stderr io.Writer) int {
 	b := &topology.Builder{Logger: slog.New(slog.DiscardHandler)}
 	pending, err := b.Build(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	pending.Abort()
+	defer pending.Abort()
 	out, err := cfg.YAML()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	stdout.Write(out)
+	for _, w := range cfg.Warnings(time.Now()) {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", cmp.Or(path, "embedded default"), w)
+	}
+	fmt.Fprintln(stderr, checkSummary(cmp.Or(path, "embedded default"), pending.Topology))
 	return 0
+}
+
+// summaryKeys is how many keys checkSummary places to measure each server's share.
+const summaryKeys = 100_000
+
+// checkSummary is --check's line on success: "FILE: ok: N pools, M servers; pool P: server
+// share, …", each server's share of its pool's keys measured over summaryKeys sample keys.
+func checkSummary(name string, t *topology.Topology) string {
+	var b strings.Builder
+	servers := 0
+	for _, pl := range t.Pools {
+		servers += pl.Len()
+	}
+	fmt.Fprintf(&b, "%s: ok: %d pools, %d servers", name, len(t.Pools), servers)
+	for _, pl := range t.Pools {
+		fmt.Fprintf(&b, "; pool %s:", pl.Name())
+		if pl.Len() == 0 {
+			b.WriteString(" servers from DNS at start")
+			continue
+		}
+		owned := make([]int, pl.Len())
+		key := make([]byte, 0, 32)
+		for i := range summaryKeys {
+			key = strconv.AppendInt(append(key[:0], "key:"...), int64(i), 10)
+			owned[pl.Owner(key)]++
+		}
+		for i := range pl.Len() {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(&b, "%s %s %.1f%%", sep, pl.Member(i).Name, 100*float64(owned[i])/summaryKeys)
+		}
+	}
+	return b.String()
 }
 
 // serve runs moxi until SIGINT or SIGTERM, then shuts down within shutdown_timeout.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -186,7 +187,13 @@ func TestRun(t *testing.T) {
 					t.Errorf("stderr says %q %d times: %q", s, n, stderr.String())
 				}
 			}
-			if tt.code == 0 && stderr.Len() > 0 {
+			switch {
+			case tt.code == 0 && slices.Contains(tt.args, "--check"):
+				// Its one line on stderr: the summary.
+				if lines := strings.Split(strings.TrimSpace(stderr.String()), "\n"); len(lines) != 1 || !strings.Contains(lines[0], ": ok: ") {
+					t.Errorf("stderr %q on success, want the summary line alone", stderr.String())
+				}
+			case tt.code == 0 && stderr.Len() > 0:
 				t.Errorf("stderr %q on success", stderr.String())
 			}
 		})
@@ -267,5 +274,54 @@ func TestTLSHandshakeBounded(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a write to a client that never handshook blocked past its deadline")
+	}
+}
+
+// TestCheckReportsEverything: --check on each of ten broken files reports every problem of
+// the file in one run, each at its line, the files it names among them.
+func TestCheckReportsEverything(t *testing.T) {
+	dir := t.TempDir()
+	gone := filepath.Join(dir, "gone")
+	for _, c := range []struct {
+		name, src string
+		want      []string // "LINE: FIELD" of each problem, in order
+	}{
+		{"unknown key, bad duration, bad hash", "pools:\n  main:\n    servers: [\"127.0.0.1:1\"]\n    timout: 1s\n    connect_timeout: soon\n    hash: md6\n",
+			[]string{"4: pools.main.timout", "5: pools.main.connect_timeout", "6: pools.main.hash"}},
+		{"a missing certificate and a bad value", "tls:\n  cert: " + gone + "/c.pem\n  key: " + gone + "/k.pem\npools:\n  main:\n    servers: [\"127.0.0.1:1\"]\n    retries: many\n",
+			[]string{"2: tls.cert", "7: pools.main.retries"}},
+		{"a missing token file and a route to no pool", "admin_token_file: " + gone + "/token\npools:\n  main:\n    servers: [\"127.0.0.1:1\"]\nroutes:\n  - {prefix: \"a:\", pool: nowhere}\n",
+			[]string{"1: admin_token_file", "6: routes[0].pool"}},
+		{"missing secrets and an unknown key", "pools:\n  main:\n    servers: [\"127.0.0.1:1\"]\n    sasl: {user: u, password_file: " + gone + "/pw}\nauth:\n  users_file: " + gone + "/users\nlimits:\n  max_conns: 3\n",
+			[]string{"4: pools.main.sasl.password_file", "6: auth.users_file", "8: limits.max_conns"}},
+		{"an unclosed list", "pools:\n  main:\n    servers: [\"127.0.0.1:1\"\n    timeout: 1s\n",
+			[]string{"3: "}},
+		{"a duplicate key and a bad weight", "pools:\n  main:\n    servers:\n      - \"127.0.0.1:1:0\"\n    timeout: 1s\n    timeout: 2s\n",
+			[]string{"4: pools.main.servers[0]", "6: pools.main.timeout"}},
+		{"readiness of no pool and buckets out of order", "pools:\n  main:\n    servers: [\"127.0.0.1:1\"]\nreadiness:\n  pools: [mian]\nmetrics:\n  latency_buckets: [0.1, 0.01]\n",
+			[]string{"5: readiness.pools[0]", "7: metrics.latency_buckets[1]"}},
+		{"a backup cycle and a warm-up from itself", "pools:\n  a:\n    servers: [\"127.0.0.1:1\"]\n    backup: b\n  b:\n    servers: [\"127.0.0.1:2\"]\n    backup: a\n    warm_from: b\ndefault_pool: a\n",
+			[]string{"4: pools.a.backup", "8: pools.b.warm_from"}}, // the cycle is said once
+		{"no default pool and a bad distribution", "pools:\n  a:\n    servers: [\"127.0.0.1:1\"]\n    distribution: rendezvous\n  b:\n    servers: [\"127.0.0.1:2\"]\n",
+			[]string{"1: default_pool", "4: pools.a.distribution"}},
+		{"a bad listen address and a bad limit", "listen: nowhere\nlimits:\n  max_connections: 0\npools:\n  main:\n    servers: [\"127.0.0.1:1\"]\n",
+			[]string{"1: listen", "3: limits.max_connections"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := writeConfig(t, c.src)
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"--check", "--config", path}, &stdout, &stderr); code != 1 {
+				t.Fatalf("exit %d, want 1\n%s", code, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			if len(lines) != len(c.want) {
+				t.Fatalf("%d problems reported, want %d:\n%s", len(lines), len(c.want), stderr.String())
+			}
+			for i, w := range c.want {
+				if !strings.HasPrefix(lines[i], path+":"+w) {
+					t.Errorf("problem %d: %q, want %s:%s…", i+1, lines[i], path, w)
+				}
+			}
+		})
 	}
 }

@@ -69,10 +69,30 @@ func Starting(reg prometheus.Gatherer, waiting func() string) http.Handler {
 	return mux
 }
 
+// Endpoints are the admin endpoints, as GET / lists them (docs/operating.md has the same
+// table): each pattern is one Handler serves.
+var Endpoints = []struct{ Pattern, Doc string }{
+	{"GET /metrics", "Prometheus metrics"},
+	{"GET /healthz", "liveness: 200 while the process serves"},
+	{"GET /readyz", "readiness: 200 while a pool (or each of readiness.pools) has a live server; the body lists every pool"},
+	{"GET /servers", "every server and its state, as JSON"},
+	{"GET /migrations", "every migration and reshard, as JSON"},
+	{"POST /reload", "reload the config file: what changed, or why not"},
+	{"GET /config", "the config in service, every default filled in, as YAML"},
+	{"GET /debug/pprof/", "Go's profiles, with --pprof only"},
+}
+
 // Handler serves the admin HTTP endpoints (docs/operating.md).
 func Handler(src Sources) http.Handler {
 	reg, rl := src.Registry, src.Reloader
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "moxi admin endpoints:\n")
+		for _, e := range Endpoints {
+			fmt.Fprintf(w, "  %-20s %s\n", e.Pattern, e.Doc)
+		}
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

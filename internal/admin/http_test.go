@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +32,8 @@ type fakeServer struct {
 }
 
 func (f fakeServer) Up() bool { return f.up }
+
+func (f fakeServer) Info() pool.Info { return pool.Info{} }
 
 // fixed is a topology, a reloader and a migration list that never change.
 type fixed struct {
@@ -237,5 +240,35 @@ func TestConfigInfo(t *testing.T) {
 	}
 	if hashOf(a) == hashOf(c) {
 		t.Errorf("configs that differ in hot_cache.prefixes hash alike: %s", hashOf(a))
+	}
+}
+
+// TestIndex: GET / lists every endpoint, each of which Handler serves (pprof with Pprof
+// set), and docs/operating.md's table names each.
+func TestIndex(t *testing.T) {
+	f := topologyOf(t, map[string][]bool{"main": {true}})
+	h := Handler(Sources{Registry: prometheus.NewRegistry(), Topologies: f, Migrations: f, Reloader: f, Pprof: true})
+	code, body := get(h, "GET", "/", "")
+	if code != 200 {
+		t.Fatalf("GET / = %d %q", code, body)
+	}
+	doc, err := os.ReadFile("../../docs/operating.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range Endpoints {
+		if !strings.Contains(body, e.Pattern) {
+			t.Errorf("GET / does not list %s:\n%s", e.Pattern, body)
+		}
+		method, path, _ := strings.Cut(e.Pattern, " ")
+		if code, _ := get(h, method, path, ""); code == http.StatusNotFound || code == http.StatusMethodNotAllowed {
+			t.Errorf("%s listed but answered %d", e.Pattern, code)
+		}
+		if !strings.Contains(string(doc), "`"+e.Pattern) {
+			t.Errorf("docs/operating.md's table does not name %s", e.Pattern)
+		}
+	}
+	if code, _ := get(h, "GET", "/nothing", ""); code != http.StatusNotFound {
+		t.Errorf("GET /nothing = %d, want 404", code)
 	}
 }

@@ -40,8 +40,8 @@ func TestAdminTokenFile(t *testing.T) {
 		t.Errorf("YAML lacks admin_token_file:\n%s", out)
 	}
 	for _, bad := range []struct{ path, want string }{
-		{filepath.Join(dir, "missing"), "t.yaml: admin_token_file: open "},
-		{empty, "t.yaml: admin_token_file: " + empty + " is empty"},
+		{filepath.Join(dir, "missing"), "t.yaml:1: admin_token_file: open "},
+		{empty, "t.yaml:1: admin_token_file: " + empty + " is empty"},
 	} {
 		c := mustParse(t, src(bad.path))
 		if err := c.LoadAdminToken("t.yaml"); err == nil || !strings.HasPrefix(err.Error(), bad.want) {

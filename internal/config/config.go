@@ -40,6 +40,7 @@ type Config struct {
 	Admin           string        // HTTP admin address; "" turns the admin server off
 	AdminTokenFile  string        // when set: every admin path but /healthz, /readyz and /metrics needs "Authorization: Bearer <its content>"
 	AdminToken      []byte        // AdminTokenFile's content, surrounding white space removed, as LoadAdminToken read it; nil before and without a file
+	AdminTokenLine  int           // of admin_token_file in the file, for messages; 0 when not from a file
 	ShutdownTimeout time.Duration // bound on draining in-flight requests at exit
 	Limits          Limits
 	WatchConfig     bool // reload when the file changes
@@ -360,6 +361,32 @@ func (c *Config) Pool(name string) *Pool {
 	return nil
 }
 
+// load runs each read with one decoder and applies what they read when none failed: on
+// error c is left as it was. filename is used only in error messages.
+func (c *Config) load(filename string, reads ...func(*decoder) func()) error {
+	d := &decoder{file: filename}
+	applies := c.readFiles(d, reads...)
+	if err := d.err(); err != nil {
+		return err
+	}
+	for _, apply := range applies {
+		apply()
+	}
+	return nil
+}
+
+// readFiles runs each read (all of the files c names when none is given) with d.
+func (c *Config) readFiles(d *decoder, reads ...func(*decoder) func()) []func() {
+	if len(reads) == 0 {
+		reads = []func(*decoder) func(){c.readTLS, c.readAdminToken, c.readSecrets}
+	}
+	applies := make([]func(), len(reads))
+	for i, read := range reads {
+		applies[i] = read(d)
+	}
+	return applies
+}
+
 // UnixSocket reports whether a listen address is the path of a Unix socket rather than
 // host:port: it contains a slash, which no host:port does.
 func UnixSocket(listen string) bool { return strings.Contains(listen, "/") }
@@ -369,8 +396,9 @@ func UnixSocket(listen string) bool { return strings.Contains(listen, "/") }
 // Parse leaves them unread (it reads only the file it is given); moxi calls LoadTLS after
 // it at every load, so that a reload picks up rotated files. filename is used only in
 // error messages, which have Parse's form. On error c is left as it was.
-func (c *Config) LoadTLS(filename string) error {
-	d := &decoder{file: filename}
+func (c *Config) LoadTLS(filename string) error { return c.load(filename, c.readTLS) }
+
+func (c *Config) readTLS(d *decoder) (apply func()) {
 	type loaded struct {
 		conf *tls.Config
 		sum  tlsfiles.Sum
@@ -378,13 +406,15 @@ func (c *Config) LoadTLS(filename string) error {
 	var listen loaded
 	listeners := make([]loaded, len(c.Listeners))
 	pools := make([]loaded, len(c.Pools))
-	if t := c.TLS; t != nil {
+	// A section without its certificate or key was reported by Parse (Read reads what it
+	// could of a config with errors too): nothing more to say of it.
+	if t := c.TLS; t != nil && t.Cert != "" && t.Key != "" {
 		var err error
 		listen.conf, listen.sum, err = tlsfiles.Server(t.Cert, t.Key, t.ClientCA)
 		d.fileError(t.Line, "tls", err, [][2]string{{"cert", t.Cert}, {"key", t.Key}, {"client_ca", t.ClientCA}})
 	}
 	for i, l := range c.Listeners {
-		if t := l.TLS; t != nil {
+		if t := l.TLS; t != nil && t.Cert != "" && t.Key != "" {
 			var err error
 			listeners[i].conf, listeners[i].sum, err = tlsfiles.Server(t.Cert, t.Key, t.ClientCA)
 			d.fileError(t.Line, index("listeners", i)+".tls", err, [][2]string{{"cert", t.Cert}, {"key", t.Key}, {"client_ca", t.ClientCA}})
@@ -397,58 +427,55 @@ func (c *Config) LoadTLS(filename string) error {
 			d.fileError(t.Line, "pools."+p.Name+".tls", err, [][2]string{{"ca", t.CA}, {"cert", t.Cert}, {"key", t.Key}})
 		}
 	}
-	if err := d.err(); err != nil {
-		return err
-	}
-	if c.TLS != nil {
-		c.TLS.Config, c.TLS.Sum = listen.conf, listen.sum
-	}
-	for i, l := range c.Listeners {
-		if l.TLS != nil {
-			l.TLS.Config, l.TLS.Sum = listeners[i].conf, listeners[i].sum
+	return func() {
+		if c.TLS != nil {
+			c.TLS.Config, c.TLS.Sum = listen.conf, listen.sum
+		}
+		for i, l := range c.Listeners {
+			if l.TLS != nil {
+				l.TLS.Config, l.TLS.Sum = listeners[i].conf, listeners[i].sum
+			}
+		}
+		for i, p := range c.Pools {
+			if p.TLS != nil {
+				p.TLS.Config, p.TLS.Sum = pools[i].conf, pools[i].sum
+			}
 		}
 	}
-	for i, p := range c.Pools {
-		if p.TLS != nil {
-			p.TLS.Config, p.TLS.Sum = pools[i].conf, pools[i].sum
-		}
-	}
-	return nil
 }
 
 // LoadAdminToken reads the file that admin_token_file names into AdminToken, so that a
 // missing or empty file fails a load (and --check, and a reload) like a bad value does, and
 // every reload reads a rotated token. filename is used only in error messages. On error c
 // is left as it was.
-func (c *Config) LoadAdminToken(filename string) error {
+func (c *Config) LoadAdminToken(filename string) error { return c.load(filename, c.readAdminToken) }
+
+func (c *Config) readAdminToken(d *decoder) (apply func()) {
 	if c.AdminTokenFile == "" {
-		c.AdminToken = nil
-		return nil
+		return func() { c.AdminToken = nil }
 	}
-	d := &decoder{file: filename}
 	data, err := os.ReadFile(c.AdminTokenFile)
 	token := bytes.TrimSpace(data)
 	switch {
 	case err != nil:
-		d.fail(nil, "admin_token_file", "%v", err)
+		d.fail(&yaml.Node{Line: c.AdminTokenLine}, "admin_token_file", "%v", err)
 	case len(token) == 0:
-		d.fail(nil, "admin_token_file", "%s is empty: it must hold the token", c.AdminTokenFile)
+		d.fail(&yaml.Node{Line: c.AdminTokenLine}, "admin_token_file", "%s is empty: it must hold the token", c.AdminTokenFile)
 	}
-	if err := d.err(); err != nil {
-		return err
+	return func() {
+		c.AdminToken = token
 	}
-	c.AdminToken = token
-	return nil
 }
 
 // LoadSecrets reads the files that auth.users_file and each pool's sasl.password_file name
 // into Auth.Users and SASL.Password, so that a missing, empty or malformed file fails a load
 // (and --check, and a reload) like a bad value does, and every reload reads them again.
 // filename is used only in error messages. On error c is left as it was.
-func (c *Config) LoadSecrets(filename string) error {
-	d := &decoder{file: filename}
+func (c *Config) LoadSecrets(filename string) error { return c.load(filename, c.readSecrets) }
+
+func (c *Config) readSecrets(d *decoder) (apply func()) {
 	var users map[string]string
-	if a := c.Auth; a != nil {
+	if a := c.Auth; a != nil && a.UsersFile != "" { // without one, Parse reported it
 		data, err := os.ReadFile(a.UsersFile)
 		if err != nil {
 			d.fail(&yaml.Node{Line: a.Line}, "auth.users_file", "%v", err)
@@ -465,7 +492,7 @@ func (c *Config) LoadSecrets(filename string) error {
 	}
 	passwords := make([][]byte, len(c.Pools))
 	for i, p := range c.Pools {
-		if p.SASL == nil {
+		if p.SASL == nil || p.SASL.PasswordFile == "" { // without one, Parse reported it
 			continue
 		}
 		at := "pools." + p.Name + ".sasl.password_file"
@@ -478,18 +505,16 @@ func (c *Config) LoadSecrets(filename string) error {
 			d.fail(&yaml.Node{Line: p.SASL.Line}, at, "%s is empty: it must hold the password", p.SASL.PasswordFile)
 		}
 	}
-	if err := d.err(); err != nil {
-		return err
-	}
-	if c.Auth != nil {
-		c.Auth.Users = users
-	}
-	for i, p := range c.Pools {
-		if p.SASL != nil {
-			p.SASL.Password = passwords[i]
+	return func() {
+		if c.Auth != nil {
+			c.Auth.Users = users
+		}
+		for i, p := range c.Pools {
+			if p.SASL != nil {
+				p.SASL.Password = passwords[i]
+			}
 		}
 	}
-	return nil
 }
 
 // ParseUsers reads a users file: lines "user:password" (memcached's -Y form; the password is
@@ -540,4 +565,30 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
 	return Parse(data, path)
+}
+
+// Warnings are what --check says of a valid config that deserves a second look: an
+// apply_at far in the past (the file goes into service at once at every load, and the
+// date is likely a typo) or more than a year away (the previous config serves until then).
+func (c *Config) Warnings(now time.Time) []string {
+	var out []string
+	switch at := c.ApplyAt; {
+	case at.IsZero():
+	case at.Before(now.Add(-24 * time.Hour)):
+		out = append(out, fmt.Sprintf("apply_at %s is %s in the past: a load puts this file in service at once; remove apply_at, or check the date",
+			at.Format(time.RFC3339), between(at, now)))
+	case at.After(now.Add(365 * 24 * time.Hour)):
+		out = append(out, fmt.Sprintf("apply_at %s is %s away: until then a reload keeps the previous config in service; check the date",
+			at.Format(time.RFC3339), between(now, at)))
+	}
+	return out
+}
+
+// between says how long from a to b, a long time, in days or years (a Duration cannot
+// hold 300 years).
+func between(a, b time.Time) string {
+	if years := b.Year() - a.Year(); years >= 2 {
+		return fmt.Sprintf("%d years", years)
+	}
+	return fmt.Sprintf("%d days", int(b.Sub(a).Hours()/24))
 }

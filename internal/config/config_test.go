@@ -379,3 +379,27 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// TestWarnings: an apply_at far in the past or more than a year away is worth a word from
+// --check; one within those bounds, or none, is not.
+func TestWarnings(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		at   time.Time
+		want string
+	}{
+		{time.Time{}, ""},
+		{now.Add(time.Hour), ""},
+		{now.Add(-time.Hour), ""},
+		{time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), "apply_at 2000-01-01T00:00:00Z is 26 years in the past: a load puts this file in service at once; remove apply_at, or check the date"},
+		{time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), "apply_at 9999-01-01T00:00:00Z is 7973 years away: until then a reload keeps the previous config in service; check the date"},
+		{now.Add(-72 * time.Hour), "apply_at 2026-11-29T12:00:00Z is 3 days in the past: a load puts this file in service at once; remove apply_at, or check the date"},
+	} {
+		cfg := Default()
+		cfg.ApplyAt = c.at
+		got := strings.Join(cfg.Warnings(now), "\n")
+		if got != c.want {
+			t.Errorf("apply_at %v: %q, want %q", c.at, got, c.want)
+		}
+	}
+}

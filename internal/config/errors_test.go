@@ -31,6 +31,10 @@ func TestErrors(t *testing.T) {
 		{"duplicate pool", one + "    embedded: 1\n  p:\n    embedded: 1\n",
 			"m.yaml:4: pools.p: duplicate key (first at line 2)"},
 		{"bad yaml", "pools: [\n", "m.yaml:1: did not find expected node content"},
+		{"an unclosed list", "pools:\n  p:\n    servers: [a\n    timeout: 1s\n", "m.yaml:3: did not find expected ',' or ']'"},
+		{"an unclosed flow mapping", "a: 1\nb: 2\npools:\n  p:\n    servers:\n    - {addr: \"h:1\"\n    timeout: 1s\n",
+			"m.yaml:6: did not find expected ',' or '}'"},
+		{"a line indented out of its mapping", "pools:\n  p:\n    embedded: 1\n   timeout: 1s\n", "m.yaml:2: did not find expected key"},
 		{"readiness of an unknown pool", two + "readiness:\n  pools: [a, c]\n",
 			`m.yaml:6: readiness.pools[1]: no pool named "c"`},
 		{"latency buckets not ascending", one + "    embedded: 1\nmetrics:\n  latency_buckets: [0.01, 0.001]\n",
@@ -306,5 +310,32 @@ func TestTooManyErrors(t *testing.T) {
 	}
 	if last := lines[maxErrors]; last != "m.yaml: 5 more errors not shown" {
 		t.Errorf("last line %q", last)
+	}
+}
+
+// TestCheckLoops: a server that is one of moxi's own listen addresses, as the flags left
+// them, is refused; another port, or a Unix socket, is not.
+func TestCheckLoops(t *testing.T) {
+	for _, c := range []struct {
+		listen, server, want string
+	}{
+		{"127.0.0.1:11211", "localhost:11211", "m.yaml:3: pools.p.servers[0]: localhost:11211 is moxi's own listen address 127.0.0.1:11211: its keys' requests would come back to moxi, endlessly"},
+		{":11211", "10.0.0.5:11211", "m.yaml:3: pools.p.servers[0]: 10.0.0.5:11211 is moxi's own listen address :11211: its keys' requests would come back to moxi, endlessly"},
+		{"127.0.0.1:11211", "127.0.0.1:11212", ""},
+		{"10.0.0.1:11211", "10.0.0.2:11211", ""},
+		{"/run/moxi.sock", "127.0.0.1:11211", ""},
+	} {
+		cfg, err := Parse([]byte("pools:\n  p:\n    servers: [\""+c.server+"\"]\n"), "m.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Listen = c.listen // as --listen sets it
+		got := ""
+		if err := cfg.CheckLoops("m.yaml"); err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("listen %s, server %s: %q, want %q", c.listen, c.server, got, c.want)
+		}
 	}
 }

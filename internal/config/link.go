@@ -2,6 +2,7 @@ package config
 
 import (
 	"cmp"
+	"net"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -150,4 +151,48 @@ func backupCycle(c *Config, p *Pool) []string {
 		}
 	}
 	return nil
+}
+
+// CheckLoops reports a server (or migrate_from) that is one of moxi's own listen
+// addresses: every request for its keys would come back to moxi, and again, until the
+// connections run out. Call it once the flags that set listen have been applied: the
+// file alone does not say where moxi listens. filename is used only in messages.
+func (c *Config) CheckLoops(filename string) error {
+	d := &decoder{file: filename}
+	own := []string{c.Listen}
+	for _, l := range c.Listeners {
+		own = append(own, l.Listen)
+	}
+	for _, p := range c.Pools {
+		for i, s := range p.Servers {
+			for _, addr := range []string{s.Addr, s.MigrateFrom} {
+				for _, listen := range own {
+					if addr != "" && sameEndpoint(listen, addr) {
+						d.fail(&yaml.Node{Line: s.Line}, index("pools."+p.Name+".servers", i),
+							"%s is moxi's own listen address %s: its keys' requests would come back to moxi, endlessly", addr, listen)
+					}
+				}
+			}
+		}
+	}
+	return d.err()
+}
+
+// sameEndpoint reports whether a server at addr is reached on listen: the same port, and
+// the same host, or listen on every interface, or both on the loopback interface.
+func sameEndpoint(listen, addr string) bool {
+	if UnixSocket(listen) {
+		return false
+	}
+	lh, lp, err1 := net.SplitHostPort(listen)
+	ah, ap, err2 := net.SplitHostPort(addr)
+	if err1 != nil || err2 != nil || lp != ap {
+		return false
+	}
+	loopback := func(h string) bool {
+		ip := net.ParseIP(h)
+		return h == "localhost" || ip != nil && ip.IsLoopback()
+	}
+	anyHost := lh == "" || net.ParseIP(lh) != nil && net.ParseIP(lh).IsUnspecified()
+	return anyHost || strings.EqualFold(lh, ah) || loopback(lh) && loopback(ah)
 }

@@ -50,19 +50,45 @@ type listenerNodes struct {
 // (up to a bound), one "file:line: field: message" per line, and the Config is nil.
 func Parse(data []byte, filename string) (*Config, error) {
 	d := &decoder{file: filename}
+	c := d.parse(data)
+	if err := d.err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Read is Parse, then LoadTLS, LoadAdminToken and LoadSecrets: what moxi does at every
+// load, with the problems of the file and of the files it names in one error, sorted by
+// line, so that one run of --check reports them all.
+func Read(data []byte, filename string) (*Config, error) {
+	d := &decoder{file: filename}
+	c := d.parse(data)
+	var applies []func()
+	if c != nil {
+		applies = c.readFiles(d)
+	}
+	if err := d.err(); err != nil {
+		return nil, err
+	}
+	for _, apply := range applies {
+		apply()
+	}
+	return c, nil
+}
+
+// parse reads data into a Config, reporting its problems to d; nil when data is no YAML
+// document, else the Config as far as it could be read.
+func (d *decoder) parse(data []byte) *Config {
 	root, ok := d.document(data)
 	if !ok {
-		return nil, d.err()
+		return nil
 	}
 	c := newConfig()
 	l := &links{backups: map[string]*yaml.Node{}, warmFrom: map[string]*yaml.Node{}, shadows: map[string]*yaml.Node{}}
 	if d.config(c, root, l) && !l.twemproxy {
 		d.link(c, l)
 	}
-	if err := d.err(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return c
 }
 
 // yamlLine matches the position yaml.v3 puts in its syntax errors.
@@ -104,10 +130,23 @@ func (d *decoder) syntax(err error, data []byte) {
 			d.fail(&yaml.Node{Line: tab}, "", "indented with a tab: YAML indents with spaces only")
 			return
 		}
+		if strings.HasPrefix(m[2], "did not find expected") {
+			line = parserErrorLine(line, data)
+		}
 		d.fail(&yaml.Node{Line: line}, "", "%s", m[2])
 		return
 	}
 	d.fail(nil, "", "%s", strings.TrimPrefix(msg, "yaml: "))
+}
+
+// parserErrorLine is the line of the file where the construct a yaml.v3 parser error
+// names begins ("did not find expected key": the mapping; "… ',' or ']'": the list), from
+// the line the error gives: yaml.v3 counts that one from 0 (its scanner errors from 1). A
+// construct left open at the end of the file is reported on its last line that is not
+// empty.
+func parserErrorLine(reported int, data []byte) int {
+	lines := strings.Split(strings.TrimRight(string(data), " \t\r\n"), "\n")
+	return min(reported+1, len(lines))
 }
 
 // config reads the top-level mapping; false means it is not one, and there is nothing
@@ -135,11 +174,15 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 	// "at least one pool is required" would only add noise.
 	l.twemproxy = twemproxy && l.poolsKey == nil
 	seen := d.mapping(root, "", map[string]field{
-		"listen":           d.listenAddr(&c.Listen, false, true),
-		"tls":              func(v *yaml.Node, path string) { c.TLS = d.listenTLS(v, path) },
-		"listeners":        func(v *yaml.Node, path string) { c.Listeners = d.listeners(v, path, l) },
-		"admin":            d.listenAddr(&c.Admin, true, false),
-		"admin_token_file": d.str(&c.AdminTokenFile),
+		"listen":    d.listenAddr(&c.Listen, false, true),
+		"tls":       func(v *yaml.Node, path string) { c.TLS = d.listenTLS(v, path) },
+		"listeners": func(v *yaml.Node, path string) { c.Listeners = d.listeners(v, path, l) },
+		"admin":     d.listenAddr(&c.Admin, true, false),
+		"admin_token_file": func(v *yaml.Node, path string) {
+			if d.str(&c.AdminTokenFile)(v, path); c.AdminTokenFile != "" {
+				c.AdminTokenLine = v.Line
+			}
+		},
 		"shutdown_timeout": d.duration(&c.ShutdownTimeout, false),
 		"limits": func(v *yaml.Node, path string) {
 			d.mapping(v, path, map[string]field{

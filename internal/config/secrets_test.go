@@ -91,3 +91,38 @@ func FuzzParseUsers(f *testing.F) {
 		}
 	})
 }
+
+// TestReadReportsEverything: Read reports a file's bad values and the files it names that
+// cannot be read in one error, in the order of the file's lines, as one run of --check must.
+func TestReadReportsEverything(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	src := `admin_token_file: ` + missing + `/token
+tls:
+  cert: ` + missing + `/cert.pem
+  key: ` + missing + `/key.pem
+pools:
+  p:
+    timeout: fast
+    servers: ["127.0.0.1:1"]
+    sasl: {user: u, password_file: ` + missing + `/pw}
+auth:
+  users_file: ` + missing + `/users
+`
+	_, err := Read([]byte(src), "m.yaml")
+	if err == nil {
+		t.Fatal("Read of a config with five problems: no error")
+	}
+	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+	want := []string{"m.yaml:1: admin_token_file: ", "m.yaml:3: tls.cert: ", "m.yaml:7: pools.p.timeout: ", "m.yaml:9: pools.p.sasl.password_file: ", "m.yaml:11: auth.users_file: "}
+	if len(lines) != len(want) {
+		t.Fatalf("Read reported %d problems, want %d:\n%v", len(lines), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("problem %d: %q, want it to start %q", i+1, lines[i], w)
+		}
+	}
+	if _, err := Parse([]byte(src), "m.yaml"); err == nil || strings.Count(err.Error(), "\n") != 0 {
+		t.Errorf("Parse, which reads no other file: %v, want the bad timeout alone", err)
+	}
+}

@@ -49,16 +49,7 @@ func Load(path string, override func(*config.Config) error) (Loaded, error) {
 			return Loaded{}, fmt.Errorf("read config: %w", err)
 		}
 		l.Sum = sha256.Sum256(data)
-		if l.Config, err = config.Parse(data, path); err != nil {
-			return Loaded{Sum: l.Sum}, err
-		}
-		if err := l.Config.LoadTLS(path); err != nil {
-			return Loaded{Sum: l.Sum}, err
-		}
-		if err := l.Config.LoadAdminToken(path); err != nil {
-			return Loaded{Sum: l.Sum}, err
-		}
-		if err := l.Config.LoadSecrets(path); err != nil {
+		if l.Config, err = config.Read(data, path); err != nil {
 			return Loaded{Sum: l.Sum}, err
 		}
 	}
@@ -66,6 +57,9 @@ func Load(path string, override func(*config.Config) error) (Loaded, error) {
 		if err := override(l.Config); err != nil {
 			return Loaded{Sum: l.Sum}, err
 		}
+	}
+	if err := l.Config.CheckLoops(path); err != nil {
+		return Loaded{Sum: l.Sum}, err
 	}
 	return l, nil
 }

@@ -155,7 +155,7 @@ func TestLargeMultiGet(t *testing.T) {
 		if !strings.Contains(servers, `"state": "up"`) {
 			t.Errorf("server not up after the big gets: %s", servers)
 		}
-		if n := metricValue(t, admin, `moxi_backend_errors_total{kind="timeout",pool="main",server="`+mc.Addr+`"}`); n != 0 {
+		if n := counterValue(t, admin, `moxi_backend_errors_total{kind="timeout",pool="main",server="`+mc.Addr+`"}`); n != 0 {
 			t.Errorf("%v timeouts counted against a healthy server", n)
 		}
 		peak := peakRSS(t, moxi.cmd.Process.Pid)

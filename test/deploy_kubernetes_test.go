@@ -782,8 +782,12 @@ func TestDeployKustomizeOverlay(t *testing.T) {
 // no kustomization lists would never be applied.
 func TestDeployKustomizeManifests(t *testing.T) {
 	rendered := map[string]bool{} // "kind/name"
+	dirs := []string{perHostExample}
 	for _, in := range k8sInstalls {
-		for _, o := range kustomizeBuild(t, in.dir) {
+		dirs = append(dirs, in.dir)
+	}
+	for _, dir := range dirs {
+		for _, o := range kustomizeBuild(t, dir) {
 			rendered[o.Kind+"/"+o.Metadata.Name] = true
 		}
 	}
@@ -1002,4 +1006,80 @@ func peerAdmits(peer policyPeer, policyNS, ns string, labels map[string]string) 
 		}
 	}
 	return true
+}
+
+// perHostExample is the install of a moxi on every node: no Deployment, so not among
+// k8sInstalls, whose checks are a tier's.
+const perHostExample = "examples/per-host"
+
+// The per-host example: a DaemonSet runs moxi on every node, its Service keeps a client's
+// connections on its own node (internalTrafficPolicy: Local), and its pod runs this
+// release with a config moxi loads, whose ports, probes and mounts agree with it, with few
+// connections to each server (every node opens its own).
+func TestDeployPerHost(t *testing.T) {
+	objs := kustomizeBuild(t, perHostExample)
+	byKind := map[string]k8sObject{}
+	for _, o := range objs {
+		if o.Metadata.Labels[moxiLabel] != "moxi" {
+			t.Errorf("%s/%s is not labelled %s=moxi", o.Kind, o.Metadata.Name, moxiLabel)
+		}
+		byKind[o.Kind] = o
+	}
+	if kinds := slices.Sorted(maps.Keys(byKind)); len(objs) != 3 || !slices.Equal(kinds, []string{"ConfigMap", "DaemonSet", "Service"}) {
+		t.Fatalf("examples/per-host renders %d objects of kinds %q, want a ConfigMap, a DaemonSet and a Service", len(objs), kinds)
+	}
+	var spec deploymentSpec
+	ds, service := byKind["DaemonSet"], byKind["Service"]
+	if err := ds.Spec.Decode(&spec); err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("want one container, found %d", len(spec.Template.Spec.Containers))
+	}
+	c := spec.Template.Spec.Containers[0]
+	if want := moxiImage + ":" + releaseVersion(t); c.Image != want {
+		t.Errorf("image %q, want %q", c.Image, want)
+	}
+	cfg, err := config.Parse([]byte(byKind["ConfigMap"].Data["moxi.yaml"]), "examples/per-host/moxi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.Index(c.Args, "--config"); i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != "/etc/moxi/moxi.yaml" ||
+		!slices.ContainsFunc(c.VolumeMounts, func(m k8sMount) bool { return m.MountPath == "/etc/moxi" && m.SubPath == "" }) {
+		t.Errorf("args %q and mounts %+v: want --config /etc/moxi/moxi.yaml from the ConfigMap mounted whole at /etc/moxi", c.Args, c.VolumeMounts)
+	}
+	ports := map[string]int{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if ports["memcache"] != addrPort(t, cfg.Listen) || ports["admin"] != addrPort(t, cfg.Admin) {
+		t.Errorf("container ports %v; moxi.yaml listens on %s and %s", ports, cfg.Listen, cfg.Admin)
+	}
+	for _, p := range []struct {
+		probe *k8sProbe
+		path  string
+	}{{c.ReadinessProbe, "/readyz"}, {c.LivenessProbe, "/healthz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port != "admin" {
+			t.Errorf("probe %+v, want GET %s on port admin", p.probe, p.path)
+		}
+	}
+	for _, pl := range cfg.Pools {
+		if pl.Connections > 2 {
+			t.Errorf("pool %s opens %d connections to each server from every node: want 1 or 2", pl.Name, pl.Connections)
+		}
+	}
+	var svc struct {
+		InternalTrafficPolicy string `yaml:"internalTrafficPolicy"`
+		Selector              map[string]string
+		Ports                 []struct {
+			Port       int `yaml:"port"`
+			TargetPort any `yaml:"targetPort"`
+		} `yaml:"ports"`
+	}
+	if err := service.Spec.Decode(&svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.InternalTrafficPolicy != "Local" || len(svc.Ports) != 1 || svc.Ports[0].TargetPort != "memcache" || svc.Selector[moxiLabel] != "moxi" {
+		t.Errorf("Service %+v: want internalTrafficPolicy Local and the port memcache of the moxi pods", svc)
+	}
 }

@@ -41,17 +41,35 @@ func getText(t *testing.T, url string) string {
 // metricValue reads one sample line of /metrics, e.g. `moxi_config_reloads_total{result="ok"}`.
 func metricValue(t *testing.T, admin, series string) float64 {
 	t.Helper()
+	v, ok := seriesValue(t, admin, series)
+	if !ok {
+		t.Fatalf("/metrics has no %s", series)
+	}
+	return v
+}
+
+// counterValue is metricValue of a counter that exists once it counted something (a
+// backend error kind, a command): 0 while /metrics has no such series.
+func counterValue(t *testing.T, admin, series string) float64 {
+	t.Helper()
+	v, _ := seriesValue(t, admin, series)
+	return v
+}
+
+// seriesValue is the value of series (its name and labels as /metrics writes them), and
+// whether /metrics has it.
+func seriesValue(t *testing.T, admin, series string) (float64, bool) {
+	t.Helper()
 	for _, line := range strings.Split(getText(t, "http://"+admin+"/metrics"), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return f
+			return f, true
 		}
 	}
-	t.Fatalf("/metrics has no %s", series)
-	return 0
+	return 0, false
 }
 
 func totalConnections(t *testing.T, addr string) int {

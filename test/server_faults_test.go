@@ -165,10 +165,10 @@ func TestOwnErrorsAtDial(t *testing.T) {
 	overload := 0.0
 	for i := range mcs {
 		s := fmt.Sprintf(`pool="main",server="s%d"`, i)
-		if n := metricValue(t, admin, `moxi_backend_errors_total{kind="connect",`+s+`}`); n != 0 {
+		if n := counterValue(t, admin, `moxi_backend_errors_total{kind="connect",`+s+`}`); n != 0 {
 			t.Errorf("s%d counts %v connect errors for moxi's own want of descriptors", i, n)
 		}
-		overload += metricValue(t, admin, `moxi_backend_errors_total{kind="overload",`+s+`}`)
+		overload += counterValue(t, admin, `moxi_backend_errors_total{kind="overload",`+s+`}`)
 	}
 	t.Logf("requests failed for want of descriptors, counted as overload: %v", overload)
 	if overload == 0 {

@@ -1,11 +1,11 @@
 // Package dnstest is a DNS server on loopback for tests: it answers A, AAAA and SRV
 // questions from records the test sets and changes, NXDOMAIN for names it has none of, and
-// nothing at all while silenced. It speaks just enough of RFC 1035 over UDP for Go's
-// resolver (net.Resolver with PreferGo and a Dial to its address).
+// nothing at all while silenced. It answers over UDP, which is all Go's resolver needs
+// (net.Resolver with PreferGo and a Dial to its address); golang.org/x/net/dns/dnsmessage
+// reads the questions and writes the answers.
 package dnstest
 
 import (
-	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
@@ -13,16 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-)
 
-// Record types and classes of RFC 1035 and RFC 2782.
-const (
-	typeA    = 1
-	typeAAAA = 28
-	typeSRV  = 33
-	classIN  = 1
-
-	rcodeNXDomain = 3
+	"golang.org/x/net/dns/dnsmessage"
 )
 
 // SRV is one SRV record.
@@ -148,84 +140,76 @@ func (s *Server) reply(q question) {
 
 // answer is the reply to query: its header and question, and the records of the name.
 func (s *Server) answer(query []byte) ([]byte, error) {
-	if len(query) < 12 || binary.BigEndian.Uint16(query[4:6]) != 1 {
+	var p dnsmessage.Parser
+	h, err := p.Start(query)
+	if err != nil {
+		return nil, err
+	}
+	qs, err := p.AllQuestions()
+	if err != nil {
+		return nil, err
+	}
+	if len(qs) != 1 {
 		return nil, errors.New("not a query of one question")
 	}
-	name, end, err := readName(query, 12)
-	if err != nil || end+4 > len(query) {
-		return nil, errors.New("bad question")
-	}
-	qtype := binary.BigEndian.Uint16(query[end : end+2])
-	out := append([]byte(nil), query[:end+4]...)
-	out[2] = 0x84 | query[2]&0x01 // QR, AA, the query's RD
-	out[3] = 0x80                 // RA, NOERROR
-	binary.BigEndian.PutUint16(out[6:8], 0)
-	binary.BigEndian.PutUint16(out[8:10], 0)
-	binary.BigEndian.PutUint16(out[10:12], 0)
+	q := qs[0]
 
+	name := fqdn(q.Name.String())
 	s.mu.Lock()
-	ips, ipsOK := s.ips[fqdn(name)]
-	srvs, srvOK := s.srvs[fqdn(name)]
+	ips, ipsOK := s.ips[name]
+	srvs, srvOK := s.srvs[name]
 	s.mu.Unlock()
+	reply := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true,
+		RecursionDesired: h.RecursionDesired, RecursionAvailable: true}
 	if !ipsOK && !srvOK {
-		out[3] |= rcodeNXDomain
-		return out, nil
+		reply.RCode = dnsmessage.RCodeNameError
 	}
-	count := 0
-	record := func(typ uint16, rdata []byte) {
-		out = append(out, 0xc0, 12) // the question's name
-		out = binary.BigEndian.AppendUint16(out, typ)
-		out = binary.BigEndian.AppendUint16(out, classIN)
-		out = binary.BigEndian.AppendUint32(out, 1) // TTL: the tests change answers
-		out = binary.BigEndian.AppendUint16(out, uint16(len(rdata)))
-		out = append(out, rdata...)
-		count++
+	b := dnsmessage.NewBuilder(nil, reply)
+	b.EnableCompression()
+	if err := b.StartQuestions(); err != nil {
+		return nil, err
 	}
-	switch qtype {
-	case typeA, typeAAAA:
+	if err := b.Question(q); err != nil {
+		return nil, err
+	}
+	if err := b.StartAnswers(); err != nil {
+		return nil, err
+	}
+	if err := appendAnswers(&b, q, ips, srvs); err != nil {
+		return nil, err
+	}
+	return b.Finish()
+}
+
+// appendAnswers adds the answers to q: the name's addresses of the type asked, or its SRV
+// records.
+func appendAnswers(b *dnsmessage.Builder, q dnsmessage.Question, ips []netip.Addr, srvs []SRV) error {
+	rh := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 1} // TTL 1: the tests change answers
+	switch q.Type {
+	case dnsmessage.TypeA, dnsmessage.TypeAAAA:
 		for _, ip := range ips {
-			if ip.Is4() == (qtype == typeA) {
-				record(qtype, ip.AsSlice())
+			var err error
+			switch {
+			case ip.Is4() && q.Type == dnsmessage.TypeA:
+				err = b.AResource(rh, dnsmessage.AResource{A: ip.As4()})
+			case !ip.Is4() && q.Type == dnsmessage.TypeAAAA:
+				err = b.AAAAResource(rh, dnsmessage.AAAAResource{AAAA: ip.As16()})
+			}
+			if err != nil {
+				return err
 			}
 		}
-	case typeSRV:
+	case dnsmessage.TypeSRV:
 		for _, r := range srvs {
-			rdata := binary.BigEndian.AppendUint16(nil, r.Priority)
-			rdata = binary.BigEndian.AppendUint16(rdata, r.Weight)
-			rdata = binary.BigEndian.AppendUint16(rdata, r.Port)
-			record(typeSRV, appendName(rdata, fqdn(r.Target)))
+			target, err := dnsmessage.NewName(fqdn(r.Target))
+			if err != nil {
+				return err
+			}
+			srv := dnsmessage.SRVResource{Priority: r.Priority, Weight: r.Weight, Port: r.Port, Target: target}
+			if err := b.SRVResource(rh, srv); err != nil {
+				return err
+			}
 		}
 	}
-	binary.BigEndian.PutUint16(out[6:8], uint16(count))
-	return out, nil
-}
-
-// readName reads the uncompressed name at off (a question's) and returns it with the
-// offset after it.
-func readName(msg []byte, off int) (string, int, error) {
-	var labels []string
-	for {
-		if off >= len(msg) {
-			return "", 0, errors.New("name runs past the message")
-		}
-		n := int(msg[off])
-		off++
-		if n == 0 {
-			return strings.Join(labels, ".") + ".", off, nil
-		}
-		if n > 63 || off+n > len(msg) {
-			return "", 0, errors.New("bad label")
-		}
-		labels = append(labels, string(msg[off:off+n]))
-		off += n
-	}
-}
-
-// appendName appends name (with its final dot) in labels.
-func appendName(b []byte, name string) []byte {
-	for _, label := range strings.Split(strings.TrimSuffix(name, "."), ".") {
-		b = append(b, byte(len(label)))
-		b = append(b, label...)
-	}
-	return append(b, 0)
+	return nil
 }

@@ -274,54 +274,53 @@ func (d *decoder) oneOf(dst *string, what string, names []string) field {
 
 // strings reads a list of non-empty strings; an empty list leaves dst nil.
 func (d *decoder) strings(dst *[]string) field {
-	return func(v *yaml.Node, path string) {
-		if v.Kind != yaml.SequenceNode {
-			d.fail(v, path, "want a list, got %s", describe(v))
-			return
+	return list(d, dst, "a list", func(e *yaml.Node, at string, _ []string) (string, bool) {
+		if e.Value == "" {
+			d.fail(e, at, "must not be empty")
+			return "", false
 		}
-		var out []string
-		for i, e := range v.Content {
-			e = deref(e)
-			at := index(path, i)
-			if !d.scalar(e, at) {
-				continue
-			}
-			if e.Value == "" {
-				d.fail(e, at, "must not be empty")
-				continue
-			}
-			out = append(out, e.Value)
-		}
-		*dst = out
-	}
+		return e.Value, true
+	})
 }
 
 // buckets reads a histogram's upper bounds: positive numbers of seconds, ascending; an
 // empty list leaves dst nil.
 func (d *decoder) buckets(dst *[]float64) field {
+	return list(d, dst, "a list of seconds such as [0.001, 0.01, 0.1, 1]", func(e *yaml.Node, at string, before []float64) (float64, bool) {
+		var f float64
+		tag := e.ShortTag()
+		switch {
+		case tag != "!!int" && tag != "!!float" || e.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0):
+			d.fail(e, at, "want a number of seconds, got %q", e.Value)
+		case f <= 0:
+			d.fail(e, at, "must be positive, got %s", e.Value)
+		case len(before) > 0 && f <= before[len(before)-1]:
+			d.fail(e, at, "must be greater than the bucket before it (%g), got %s", before[len(before)-1], e.Value)
+		default:
+			return f, true
+		}
+		return 0, false
+	})
+}
+
+// list reads a list of single values, each through item, which reports what is wrong with
+// one (given the ones kept before it) and says whether to keep it; an empty list leaves dst
+// nil. want says what the list should be, for a value that is no list.
+func list[T any](d *decoder, dst *[]T, want string, item func(e *yaml.Node, at string, before []T) (T, bool)) field {
 	return func(v *yaml.Node, path string) {
 		if v.Kind != yaml.SequenceNode {
-			d.fail(v, path, "want a list of seconds such as [0.001, 0.01, 0.1, 1], got %s", describe(v))
+			d.fail(v, path, "want %s, got %s", want, describe(v))
 			return
 		}
-		var out []float64
+		var out []T
 		for i, e := range v.Content {
 			e = deref(e)
 			at := index(path, i)
 			if !d.scalar(e, at) {
 				continue
 			}
-			var f float64
-			tag := e.ShortTag()
-			switch {
-			case tag != "!!int" && tag != "!!float" || e.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0):
-				d.fail(e, at, "want a number of seconds, got %q", e.Value)
-			case f <= 0:
-				d.fail(e, at, "must be positive, got %s", e.Value)
-			case len(out) > 0 && f <= out[len(out)-1]:
-				d.fail(e, at, "must be greater than the bucket before it (%g), got %s", out[len(out)-1], e.Value)
-			default:
-				out = append(out, f)
+			if x, ok := item(e, at, out); ok {
+				out = append(out, x)
 			}
 		}
 		*dst = out

@@ -4,11 +4,23 @@ import (
 	"context"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/moxi-proxy/moxi/internal/keyhash"
 )
 
 // copyBatch is how many keys the background copy reads from the old server at once.
 const copyBatch = 250
+
+// copyLimiter paces the background copy at keysPerSecond (0: no limit). Its burst is the
+// copy's batch: a tenth of a second's keys (1 to copyBatch), so that the copy moves at
+// least ten batches a second, steadily, not a second's keys at once.
+func copyLimiter(keysPerSecond int) *rate.Limiter {
+	if keysPerSecond <= 0 {
+		return rate.NewLimiter(rate.Inf, copyBatch)
+	}
+	return rate.NewLimiter(rate.Limit(keysPerSecond), max(1, min(copyBatch, keysPerSecond/10)))
+}
 
 // maxPasses bounds the listings of the old server. memcached's crawler is no snapshot: an
 // item its LRU maintainer moves between segments mid-crawl, or that a client holds at that
@@ -29,11 +41,12 @@ const (
 func (m *Migration) run(ctx context.Context) {
 	// The keys listed so far, by hash: 8 bytes a key, whatever the keys' length.
 	seen := make(map[uint64]struct{})
+	limit := copyLimiter(m.opts.Rate) // shared by the passes: Rate bounds the whole copy
 	var err error
 	quiet := 0
 	for pass := 1; pass <= maxPasses && err == nil && quiet < quietPasses; pass++ {
 		var fresh int64
-		fresh, err = m.pass(ctx, seen, pass)
+		fresh, err = m.pass(ctx, seen, pass, limit)
 		if pass > 1 && fresh > 0 {
 			m.opts.Logger.Info("migration: a later listing found keys the first had missed", "pool", m.opts.Pool, "server", m.opts.Name, "pass", pass, "keys", fresh)
 		}
@@ -55,18 +68,19 @@ func (m *Migration) run(ctx context.Context) {
 }
 
 // pass lists the old server once (the pass-th time) and copies the keys not in seen that
-// move, adding them to it; it returns how many keys were new.
-func (m *Migration) pass(ctx context.Context, seen map[uint64]struct{}, pass int) (int64, error) {
-	batchSize := copyBatch
-	if m.opts.Rate > 0 {
-		batchSize = max(1, min(copyBatch, m.opts.Rate/10)) // at least ten batches a second
-	}
+// move, adding them to it, in batches of limit's burst at limit's rate; it returns how many
+// keys were new.
+func (m *Migration) pass(ctx context.Context, seen map[uint64]struct{}, pass int, limit *rate.Limiter) (int64, error) {
+	batchSize := limit.Burst()
 	var batch [][]byte
-	start, lastLog := time.Now(), time.Now()
-	var sent int64
+	lastLog := time.Now()
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
+		}
+		// On the copy's ctx: a stop ends the wait at once.
+		if err := limit.WaitN(ctx, len(batch)); err != nil {
+			return err
 		}
 		if _, err := m.copyKeys(ctx, batch, false); err != nil {
 			return err
@@ -78,16 +92,7 @@ func (m *Migration) pass(ctx context.Context, seen map[uint64]struct{}, pass int
 				return err
 			}
 		}
-		sent += int64(len(batch))
 		batch = batch[:0]
-		if m.opts.Rate > 0 { // pace: sent keys may take sent/rate seconds, no less
-			due := start.Add(time.Duration(float64(sent) / float64(m.opts.Rate) * float64(time.Second)))
-			select {
-			case <-time.After(time.Until(due)):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
 		if time.Since(lastLog) >= 5*time.Second {
 			lastLog = time.Now()
 			m.opts.Logger.Info("migration progress", "pool", m.opts.Pool, "server", m.opts.Name,

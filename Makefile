@@ -46,6 +46,7 @@ fuzz:
 	go test -run='^$$' -fuzz='^FuzzParseText$$' -fuzztime=$(FUZZTIME) ./internal/auth/
 	go test -run='^$$' -fuzz='^FuzzParseMetadumpLine$$' -fuzztime=$(FUZZTIME) ./internal/migrate/
 	go test -run='^$$' -fuzz='^FuzzReadItem$$' -fuzztime=$(FUZZTIME) ./internal/migrate/
+	go test -run='^$$' -fuzz='^FuzzParseClusterConfig$$' -fuzztime=$(FUZZTIME) ./internal/discover/
 
 bench:
 	go test -run='^$$' -bench=. -benchmem ./internal/...

@@ -8,6 +8,9 @@
 // server missing from the answers is removed only after remove_after, so that a pod that
 // blinks out of a Service's answers does not move keys twice. An empty, failed or
 // timed-out answer keeps the list: DNS trouble never empties a pool.
+//
+// clusterconfig.go reads and writes the node lists of ElastiCache's and Memorystore's
+// configuration endpoints ("config get cluster"), for pools discovered through one.
 package discover
 
 import (

@@ -163,8 +163,14 @@ func startTier(t *testing.T, yaml string) [2]tierProxy {
 // inTier is yaml as a tier whose clients read through one proxy what they wrote through the
 // other is configured (docs/configuration.md, "Hot keys"): without dedup, whose shared fetches only a
 // write through the same proxy ends, so that a get may otherwise join a fetch that left
-// before the other proxy's write was applied.
-func inTier(yaml string) string { return "dedup: false\n" + yaml }
+// before the other proxy's write was applied. POST /reload alone reloads it: a watcher that
+// saw the file's write first would leave the reload "no changes" to report.
+func inTier(yaml string) string {
+	if !strings.Contains(yaml, "watch_config:") {
+		yaml = "watch_config: false\n" + yaml
+	}
+	return "dedup: false\n" + yaml
+}
 
 // reload writes yaml to p's file and reloads it; the answer must contain want.
 func (p *tierProxy) reload(t *testing.T, yaml, want string) {

@@ -86,7 +86,9 @@ func switchRun(t *testing.T, n int, warm bool) (before window, after []window, s
 		if warmFrom != "" {
 			s += "    warm_from: " + warmFrom + "\n"
 		}
-		return s + "default_pool: " + def + "\n"
+		// POST /reload alone reloads: a watcher that saw the write first would leave
+		// it "no changes" to report.
+		return s + "default_pool: " + def + "\nwatch_config: false\n"
 	}
 	path, admin := writeConfig(t, conf("old", "")), freeAddr(t)
 	moxi := startMoxi(t, "--config", path, "--admin", admin)

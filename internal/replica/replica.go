@@ -241,7 +241,9 @@ func (f *fan) collect(s *fanSend) {
 	switch {
 	case ok:
 		f.acks++
-		if isFirst || (!f.bestIsFirst && (f.acks == 1 || (f.best.Status != protocol.StatusOK && s.resp[0].Status == protocol.StatusOK))) {
+		// A success wins over a miss (a replica that restarted empty lacks what a delete or
+		// touch finds on another); among equals the first's, whose cas an answer carries.
+		if was, is := positive(&f.best), positive(&s.resp[0]); f.acks == 1 || (is && !was) || (is == was && isFirst) {
 			f.best, f.bestIsFirst = s.resp[0], isFirst
 		}
 	case s.err[0] != nil:
@@ -264,10 +266,11 @@ func (f *fan) collect(s *fanSend) {
 }
 
 // dueLocked reports whether the write is to be answered now (f.mu held), and with what: once
-// the quorum took it (the first replica among them when the answer carries a cas), or every
-// replica answered, and only once.
+// the quorum took it with success (the first replica among them when the answer carries a
+// cas), or every replica answered, and only once.
 func (f *fan) dueLocked() (bool, protocol.Response, error) {
-	if f.answered || f.closed || !((f.acks >= f.need && (f.firstDone || !f.cas)) || f.got == f.n) {
+	quorum := f.acks >= f.need && (f.firstDone || !f.cas) && positive(&f.best)
+	if f.answered || f.closed || !(quorum || f.got == f.n) {
 		return false, protocol.Response{}, nil
 	}
 	f.answered = true
@@ -335,6 +338,14 @@ var errNoReplica = errors.New("no replica of the key is serving")
 // acked reports whether a replica took a write: it answered, and not with a failure of its own.
 func acked(resp *protocol.Response, err error) bool {
 	return err == nil && resp.Status != protocol.StatusTempFailure && resp.Status != protocol.StatusNoMemory
+}
+
+// positive reports whether resp is a success (not a miss, nor a store refused).
+func positive(resp *protocol.Response) bool {
+	if resp.Meta.Code != protocol.MetaNone {
+		return resp.Meta.Code.Status() == protocol.StatusOK
+	}
+	return resp.Status == protocol.StatusOK
 }
 
 // succeeded reports whether a decided write changed the item (its result is to be carried).
@@ -424,12 +435,13 @@ func (r *replica) fanOut(ctx context.Context, order *turn.Turn, req *protocol.Re
 	return res.err
 }
 
-// decide has the first target decide req, and carries the item it then holds to the others.
+// decide has the first target decide req (onDecider), and carries the item it then holds to
+// the others: with set, or for an add with add, which tells whether another held the key.
 func (r *replica) decide(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response, targets []int) error {
 	each, done := order.Defer()
 	defer done()
 	first := targets[0]
-	if err := pool.Do(ctx, r.direct[first], each, req, resps); err != nil {
+	if err := r.onDecider(ctx, each, req, resps, targets); err != nil {
 		// It may have landed there: the others keep their item, but the first owes the key.
 		r.away(first, req.Key)
 		return err
@@ -447,29 +459,161 @@ func (r *replica) decide(ctx context.Context, order *turn.Turn, req *protocol.Re
 		resps[0] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "the replica that decided the write did not answer after it"}
 		return nil
 	}
+	carryOp := protocol.OpSet
+	if adds(req) {
+		carryOp = protocol.OpAdd
+	}
 	if it := itemcopy.Parse(&got[0]); it.Found {
 		if exptime, ok := itemcopy.Exptime(it.TTL); ok {
-			carry = itemcopy.Store(protocol.OpSet, req.Key, &it, exptime)
+			carry = itemcopy.Store(carryOp, req.Key, &it, exptime)
 		}
 	}
+	held := make([]bool, len(targets)) // an add's carry found the key there
 	var wg sync.WaitGroup
-	for _, i := range targets[1:] {
+	for j, i := range targets[1:] {
 		wg.Go(func() {
 			var one [1]protocol.Response
 			err := pool.Do(ctx, r.direct[i], each, &carry, one[:])
-			if !acked(&one[0], err) {
+			switch {
+			case !acked(&one[0], err):
 				r.away(i, req.Key)
+			case carry.Op == protocol.OpAdd && one[0].Status == protocol.StatusNotStored:
+				held[j+1] = true
 			}
 		})
 	}
 	wg.Wait()
+	if from := slices.Index(held, true); from > 0 {
+		// The first lacked a key another replica holds (it restarted empty): the add was
+		// not the client's to win. The held item goes to every replica, and the add, sent
+		// again, answers as it would have.
+		r.restoreHeld(ctx, each, req.Key, targets, targets[from])
+		return pool.Do(ctx, r.direct[first], each, req, resps)
+	}
 	return nil
 }
 
-// readOrder is the replicas of key a read asks, in the order it asks them: the serving
-// ones, the first of them at random with read_from random unless firstOnly; with firstOnly
-// only the first.
-func (r *replica) readOrder(key []byte, firstOnly bool) pool.ReplicaSet {
+// onDecider sends req to the replica that decides it (targets[0]). When the answer says that
+// replica lacks the key while another target holds it (a restart emptied it, or a flush), the
+// item is copied to it with add and its remaining TTL, and req sent again: decided on the
+// value the replicas hold. A req that would create a missing key (binary incr with an
+// initial value, ma with N) is first sent without creating, so that it cannot create over a
+// value another replica holds.
+func (r *replica) onDecider(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response, targets []int) error {
+	decider := r.direct[targets[0]]
+	if len(targets) == 1 {
+		return pool.Do(ctx, decider, order, req, resps)
+	}
+	try := req
+	plain, creates := withoutCreate(req)
+	if creates {
+		try = &plain
+	}
+	if err := pool.Do(ctx, decider, order, try, resps); err != nil {
+		return err
+	}
+	if !lacks(req, &resps[0]) {
+		return nil
+	}
+	later := order.After() // the request's own dispatch was the first send
+	if !r.fill(ctx, later, req.Key, targets[0], targets[1:]) && !creates {
+		return nil // no other replica holds it either: the answer stands
+	}
+	return pool.Do(ctx, decider, later, req, resps)
+}
+
+// fill copies key to replica to from the first of others that holds it, with add and its
+// remaining TTL; it reports whether to may now hold the key (the add stored it, or found
+// it stored meanwhile).
+func (r *replica) fill(ctx context.Context, order *turn.Turn, key []byte, to int, others []int) bool {
+	for _, from := range others {
+		it, ok := r.fetch(ctx, order, key, from)
+		if !ok {
+			continue
+		}
+		exptime, ok := itemcopy.Exptime(it.TTL)
+		if !ok {
+			return false // about to expire: as if it had
+		}
+		add := itemcopy.Store(protocol.OpAdd, key, &it, exptime)
+		var one [1]protocol.Response
+		err := pool.Do(ctx, r.direct[to], order, &add, one[:])
+		return err == nil && (one[0].Status == protocol.StatusOK || one[0].Status == protocol.StatusNotStored)
+	}
+	return false
+}
+
+// restoreHeld sets key on every target but from to the item from holds, with its remaining
+// TTL: an add decided on a replica that lacked the key stored a value the others must not
+// keep.
+func (r *replica) restoreHeld(ctx context.Context, order *turn.Turn, key []byte, targets []int, from int) {
+	it, ok := r.fetch(ctx, order, key, from)
+	store := itemcopy.Delete(key)
+	if exptime, live := itemcopy.Exptime(it.TTL); ok && live {
+		store = itemcopy.Store(protocol.OpSet, key, &it, exptime)
+	}
+	for _, i := range targets {
+		if i == from {
+			continue
+		}
+		var one [1]protocol.Response
+		if err := pool.Do(ctx, r.direct[i], order, &store, one[:]); !acked(&one[0], err) {
+			r.away(i, key)
+		}
+	}
+}
+
+// fetch reads what replica from holds of key, for a copy.
+func (r *replica) fetch(ctx context.Context, order *turn.Turn, key []byte, from int) (itemcopy.Item, bool) {
+	get := itemcopy.Get(key)
+	var got [1]protocol.Response
+	if err := pool.Do(ctx, r.direct[from], order, &get, got[:]); err != nil {
+		return itemcopy.Item{}, false
+	}
+	it := itemcopy.Parse(&got[0])
+	return it, it.Found
+}
+
+// adds reports whether req stores only when the key is missing (add, ms with mode E).
+func adds(req *protocol.Request) bool {
+	return req.Op == protocol.OpAdd || (req.Op == protocol.OpMetaSet && (req.Meta.Mode == 'E' || req.Meta.Mode == 'e'))
+}
+
+// lacks reports whether resp, a replica's answer to req, says the replica does not hold
+// req's key: a miss, or a store that needs the key (append, prepend, replace) not stored.
+func lacks(req *protocol.Request, resp *protocol.Response) bool {
+	status := resp.Status
+	if resp.Meta.Code != protocol.MetaNone {
+		status = resp.Meta.Code.Status()
+	}
+	switch status {
+	case protocol.StatusNotFound:
+		return true
+	case protocol.StatusNotStored:
+		return !adds(req)
+	}
+	return false
+}
+
+// withoutCreate is req without what makes it create a missing key (binary incr/decr's
+// Create, ma's and mg's N), and whether it had it.
+func withoutCreate(req *protocol.Request) (protocol.Request, bool) {
+	switch {
+	case req.Create:
+		plain := *req
+		plain.Create = false
+		return plain, true
+	case req.Meta.Vivify:
+		plain := *req
+		plain.Meta.Vivify = false
+		plain.Meta.Flags = slices.DeleteFunc(slices.Clone(req.Meta.Flags), func(f protocol.MetaFlag) bool { return f.Letter == 'N' })
+		return plain, true
+	}
+	return protocol.Request{}, false
+}
+
+// serving is the replicas of key that serve, in ring order: the first decides.
+func (r *replica) serving(key []byte) pool.ReplicaSet {
 	p := r.pool
 	all := p.ReplicaSetOf(key)
 	var s pool.ReplicaSet
@@ -479,6 +623,14 @@ func (r *replica) readOrder(key []byte, firstOnly bool) pool.ReplicaSet {
 			s.N++
 		}
 	}
+	return s
+}
+
+// readOrder is the replicas of key a read asks, in the order it asks them: the serving
+// ones, the first of them at random with read_from random unless firstOnly; with firstOnly
+// only the first.
+func (r *replica) readOrder(key []byte, firstOnly bool) pool.ReplicaSet {
+	s := r.serving(key)
 	if firstOnly {
 		s.N = min(s.N, 1)
 	} else if s.N > 1 && r.opts.ReadFrom == ReadRandom {
@@ -501,7 +653,11 @@ func (r *replica) read(ctx context.Context, order *turn.Turn, req *protocol.Requ
 	pending := make([]int, 0, n) // keys to ask in this round
 	var lastErr error
 	for k, key := range req.Keys {
-		orders[k] = r.readOrder(key, firstOnly)
+		if firstOnly {
+			orders[k] = r.serving(key) // the first's answer stands; the others fill it (rereadFirst)
+		} else {
+			orders[k] = r.readOrder(key, false)
+		}
 		epochs[k] = r.opts.Writes.Settled(key)
 		if orders[k].N == 0 {
 			lastErr = errNoReplica
@@ -592,12 +748,52 @@ func (r *replica) read(ctx context.Context, order *turn.Turn, req *protocol.Requ
 	}
 	for _, k := range repairs {
 		gatExptime := int64(-1)
-		if req.Op == protocol.OpGat {
+		if req.Op == protocol.OpGat || req.Op == protocol.OpGats {
 			gatExptime = req.Exptime
 		}
 		r.repair(ctx, turnOf, req.Keys[k], orders[k].Idx[tried[k]-1], missed[k], epochs[k], gatExptime)
 	}
+	if firstOnly {
+		if turnOf == order {
+			turnOf = order.After()
+		}
+		r.rereadFirst(ctx, turnOf, req, resps, orders, tried, missed)
+	}
 	return nil
+}
+
+// rereadFirst answers again from their first replica the keys of a gets or gats that another
+// replica answered: each server numbers its own cas, and the first's decides a cas write. A
+// key the first missed was copied to it (repair) and is read there again; a key the first
+// did not answer fails.
+func (r *replica) rereadFirst(ctx context.Context, order *turn.Turn, req *protocol.Request, resps []protocol.Response, orders []pool.ReplicaSet, tried []int, missed [][]int) {
+	again := make(map[int][]int) // first replica → keys
+	for k := range req.Keys {
+		if tried[k] <= 1 || resps[k].Status != protocol.StatusOK {
+			continue // answered by the first, or a miss everywhere
+		}
+		first := orders[k].Idx[0]
+		if !slices.Contains(missed[k], first) {
+			resps[k] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "the replica that numbers the key's cas did not answer", Key: req.Keys[k]}
+			continue
+		}
+		again[first] = append(again[first], k)
+	}
+	for first, ks := range again {
+		sub := *req
+		sub.Keys = make([][]byte, len(ks))
+		for j, k := range ks {
+			sub.Keys[j] = req.Keys[k]
+		}
+		out := make([]protocol.Response, len(ks))
+		err := pool.Do(ctx, r.direct[first], order, &sub, out)
+		for j, k := range ks {
+			if err != nil {
+				out[j] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "the replica that numbers the key's cas did not answer", Key: req.Keys[k]}
+			}
+			resps[k] = out[j]
+		}
+	}
 }
 
 // metaGet answers an mg: from the first serving replica, and after a miss from the next,
@@ -607,7 +803,15 @@ func (r *replica) metaGet(ctx context.Context, order *turn.Turn, req *protocol.R
 	_, cas := m.Flag('c')
 	_, e := m.Flag('E')
 	firstOnly := cas || e || m.Vivify || m.HasTTL || m.Recache
-	orderOf := r.readOrder(req.Key, firstOnly)
+	if firstOnly {
+		set := r.serving(req.Key)
+		if set.N == 0 {
+			order.Dispatched()
+			return errNoReplica
+		}
+		return r.onDecider(ctx, order, req, resps, set.Idx[:set.N])
+	}
+	orderOf := r.readOrder(req.Key, false)
 	if orderOf.N == 0 {
 		order.Dispatched()
 		return errNoReplica

@@ -1,0 +1,367 @@
+package test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+	"github.com/moxi-proxy/moxi/internal/protocol"
+)
+
+// A server of a replicated pool that restarts empty changes no answer: clients run every
+// conditional command through moxi (replicas: 2, three servers) and the same commands on a
+// memcached that never restarts, key by key, and compare the answers while one server is
+// killed and restarted empty — once after moxi marked it dead, once faster than
+// failure_limit notices.
+
+// restartKinds are the commands compared, each on keys of its own.
+var restartKinds = []string{"incr", "decr", "append", "replace", "delete", "add", "touch", "binincr", "ma", "cas"}
+
+// restartCounters are the kinds whose keys are counters: every live replica holds the count.
+var restartCounters = []string{"incr", "decr", "binincr", "ma"}
+
+// restartClient is one client's connections: text and binary, to moxi and to the reference.
+type restartClient struct {
+	moxi, ref       *answerConn
+	moxiBin, refBin *answerConn
+}
+
+// answerConn reads whole answers: one line, or a VA line and its data, or VALUE … END.
+type answerConn struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+func dialAnswers(addr string) (*answerConn, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &answerConn{c: c, r: bufio.NewReader(c)}, nil
+}
+
+// text sends cmd and returns its answer, data lines joined with "|" (cas uniques dropped:
+// each server numbers its own).
+func (a *answerConn) text(cmd string) (string, error) {
+	_ = a.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(a.c, cmd); err != nil {
+		return "", err
+	}
+	var out []string
+	for {
+		line, err := a.r.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		line = strings.TrimSuffix(line, "\r\n")
+		switch f := strings.Fields(line); {
+		case strings.HasPrefix(line, "VA "):
+			data, err := a.r.ReadString('\n')
+			if err != nil {
+				return "", err
+			}
+			return line + "|" + strings.TrimSuffix(data, "\r\n"), nil
+		case len(f) >= 4 && f[0] == "VALUE":
+			data, err := a.r.ReadString('\n')
+			if err != nil {
+				return "", err
+			}
+			out = append(out, strings.Join(f[:4], " "), strings.TrimSuffix(data, "\r\n"))
+		case line == "END":
+			return strings.Join(append(out, line), "|"), nil
+		default:
+			return line, nil
+		}
+	}
+}
+
+// binIncr is a binary incr by 1 that creates a missing key with 100: its status and value.
+func (a *answerConn) binIncr(key string) (string, error) {
+	req := protocol.Request{Op: protocol.OpIncr, Binary: true, Key: []byte(key), Delta: 1, Initial: 100, Create: true}
+	_ = a.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := a.c.Write(protocol.AppendBinaryRequest(nil, &req)); err != nil {
+		return "", err
+	}
+	var h protocol.BinaryResponseHeader
+	var resp protocol.Response
+	if err := protocol.ReadBinaryResponse(a.r, protocol.DefaultLimits(), &h, &resp); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("status %d %x", h.Status, resp.Value), nil
+}
+
+// gets is the value and cas unique of key, "" for a miss.
+func (a *answerConn) gets(key string) (string, uint64, error) {
+	return replicaGets(&textClient{c: a.c, r: a.r}, key)
+}
+
+func (a *answerConn) Close() { a.c.Close() }
+
+// restartRun is one run: clients × keys of each kind × rounds, the victim killed when a
+// third of the operations are done and restarted after hold (0: at once).
+type restartRun struct {
+	clients, keys, rounds int
+	hold                  time.Duration
+}
+
+func (run restartRun) test(t *testing.T) {
+	mcs := cluster(t, 3)
+	ref := memcachedtest.Start(t)
+	moxi := startMoxi(t, "--config", writeConfig(t, replicaConfig(2, addrs(mcs)...)))
+	const victim = 1
+	set := replicaSets(3, 2)
+	keyOf := func(kind string, w, i int) string { return fmt.Sprintf("%s:%d:%d", kind, w, i) }
+	initial := map[string]string{"incr": "0", "decr": "1000000", "append": "a", "replace": "r", "delete": "d",
+		"add": "a", "touch": "t", "binincr": "0", "ma": "0", "cas": "0"}
+
+	var ops, restartedAt, killedAt atomic.Int64 // unix nanoseconds, 0 before
+	var inFlight, diffs atomic.Int64
+	var mu sync.Mutex
+	var examples []string
+	tainted := map[string]bool{} // an answer that may or may not have been applied: not compared again
+	differ := func(key, what, got, want string) {
+		diffs.Add(1)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(examples) < 12 {
+			examples = append(examples, fmt.Sprintf("%s %s: moxi %q, memcached %q (%s)", time.Now().Format("15:04:05.000"), key, got, want, what))
+		}
+	}
+	// A request in flight on the victim when it was killed may fail (applied or not): as
+	// on a server without replicas. One a client, within a second of the kill.
+	excused := func(ans string, perClient *int) bool {
+		at := killedAt.Load()
+		if at == 0 || !isErrorLine(ans) || time.Since(time.Unix(0, at)) > time.Second || *perClient > 0 {
+			return false
+		}
+		*perClient++
+		inFlight.Add(1)
+		return true
+	}
+
+	total := run.clients * len(restartKinds) * run.keys * run.rounds
+	resume := make(chan struct{})
+	var resumed sync.Once
+	t.Cleanup(func() { resumed.Do(func() { close(resume) }) })
+	var wg sync.WaitGroup
+	clients := make([]*restartClient, run.clients)
+	for w := range clients {
+		var c restartClient
+		var err error
+		for _, p := range []struct {
+			conn **answerConn
+			addr string
+		}{{&c.moxi, moxi.addr}, {&c.ref, ref.Addr}, {&c.moxiBin, moxi.addr}, {&c.refBin, ref.Addr}} {
+			if *p.conn, err = dialAnswers(p.addr); err != nil {
+				t.Fatal(err)
+			}
+			defer (*p.conn).Close()
+		}
+		clients[w] = &c
+		for _, kind := range restartKinds {
+			for i := range run.keys {
+				k, v := keyOf(kind, w, i), initial[kind]
+				cmd := fmt.Sprintf("set %s 0 0 %d\r\n%s\r\n", k, len(v), v)
+				for _, conn := range []*answerConn{c.moxi, c.ref} {
+					if ans, err := conn.text(cmd); err != nil || ans != "STORED" {
+						t.Fatalf("%s: %q %v", cmd, ans, err)
+					}
+				}
+			}
+		}
+	}
+	for w, c := range clients {
+		wg.Go(func() {
+			excuses := 0
+			both := func(key, cmd string) {
+				got, err1 := c.moxi.text(cmd)
+				want, err2 := c.ref.text(cmd)
+				if err1 != nil || err2 != nil {
+					differ(key, cmd, fmt.Sprint(got, err1), fmt.Sprint(want, err2))
+					return
+				}
+				if got != want {
+					if excused(got, &excuses) {
+						mu.Lock()
+						tainted[key] = true
+						mu.Unlock()
+						return
+					}
+					differ(key, strings.TrimSpace(cmd), got, want)
+				}
+			}
+			for round := range run.rounds {
+				if round == 2*run.rounds/3 {
+					<-resume // the rest once the victim serves again: each key on both replicas
+				}
+				for _, kind := range restartKinds {
+					for i := range run.keys {
+						k := keyOf(kind, w, i)
+						mu.Lock()
+						skip := tainted[k]
+						mu.Unlock()
+						ops.Add(1)
+						if skip {
+							continue
+						}
+						switch kind {
+						case "incr", "decr", "touch":
+							arg := " 1"
+							if kind == "touch" {
+								arg = " 0"
+							}
+							both(k, kind+" "+k+arg+"\r\n")
+						case "append":
+							both(k, "append "+k+" 0 0 1\r\nx\r\n")
+						case "replace":
+							v := fmt.Sprintf("r%d", round)
+							both(k, fmt.Sprintf("replace %s 0 0 %d\r\n%s\r\n", k, len(v), v))
+						case "delete":
+							both(k, "delete "+k+"\r\n")
+							both(k, "set "+k+" 0 0 1\r\nd\r\n")
+						case "add":
+							both(k, "add "+k+" 0 0 1\r\nz\r\n")
+							both(k, "get "+k+"\r\n")
+						case "ma":
+							both(k, "ma "+k+" v\r\n")
+						case "binincr":
+							got, err1 := c.moxiBin.binIncr(k)
+							want, err2 := c.refBin.binIncr(k)
+							if err1 != nil || err2 != nil || got != want {
+								differ(k, "binary incr", fmt.Sprint(got, err1), fmt.Sprint(want, err2))
+							}
+						case "cas":
+							run.casRound(c, k, &restartedAt, differ, func(ans string) bool {
+								if excused(ans, &excuses) {
+									mu.Lock()
+									tainted[k] = true
+									mu.Unlock()
+									return true
+								}
+								return false
+							})
+						}
+					}
+				}
+			}
+		})
+	}
+	waitUntil(t, time.Now(), 60*time.Second, func() bool { return ops.Load() >= int64(total/3) })
+	killedAt.Store(time.Now().UnixNano())
+	mcs[victim].Stop()
+	if run.hold > 0 {
+		time.Sleep(run.hold)
+	}
+	mcs[victim].Restart(t)
+	restartedAt.Store(time.Now().UnixNano())
+	stats, err := dialAnswers(moxi.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Close()
+	waitUntil(t, time.Now(), 30*time.Second, func() bool {
+		lines := roundTrip(t, stats.c, stats.r, "stats proxy\r\n", "END")
+		name := fmt.Sprintf("STAT main:s%d:", victim)
+		return slices.Contains(lines, name+"state up") && slices.Contains(lines, name+"away 0")
+	})
+	resumed.Do(func() { close(resume) })
+	wg.Wait()
+	t.Logf("%d operations, the victim killed after %d; %d answers differ, %d excused in flight at the kill, %d keys tainted by them",
+		ops.Load(), total/3, diffs.Load(), inFlight.Load(), len(tainted))
+	if diffs.Load() > 0 {
+		t.Errorf("%d answers differ from a memcached that never restarted; first:\n%s", diffs.Load(), strings.Join(examples, "\n"))
+	}
+
+	// Every key reads through moxi as on the reference; a counter's every live replica
+	// holds its count.
+	var keys []string
+	for w := range run.clients {
+		for _, kind := range restartKinds {
+			for i := range run.keys {
+				if k := keyOf(kind, w, i); !tainted[k] {
+					keys = append(keys, k)
+				}
+			}
+		}
+	}
+	want := replicaValues(t, ref.Addr, keys)
+	through := replicaValues(t, moxi.addr, keys)
+	held := make([]map[string]string, len(mcs))
+	for s, mc := range mcs {
+		held[s] = replicaValues(t, mc.Addr, keys)
+	}
+	bad := 0
+	for _, k := range keys {
+		if through[k] != want[k] {
+			if bad++; bad <= 10 {
+				t.Errorf("%s reads %q through moxi, %q on memcached", k, through[k], want[k])
+			}
+		}
+		kind, _, _ := strings.Cut(k, ":")
+		if !slices.Contains(restartCounters, kind) {
+			continue
+		}
+		for _, s := range set(k) {
+			if v, ok := held[s][k]; !ok || v != want[k] {
+				if bad++; bad <= 10 {
+					t.Errorf("counter %s holds %q (present %v) on its replica s%d, %q on memcached", k, v, ok, s, want[k])
+				}
+			}
+		}
+	}
+	if t.Failed() {
+		t.Logf("moxi log:\n%s", tail(moxi.out.String(), 8<<10))
+	}
+}
+
+// casRound is gets then cas on moxi and, when moxi stored it, on the reference: the values
+// read must agree, and the cas must store — or answer EXISTS when its gets came before the
+// restart (the restarted server numbers cas uniques anew).
+func (run restartRun) casRound(c *restartClient, k string, restartedAt *atomic.Int64, differ func(key, what, got, want string), excused func(string) bool) {
+	readAt := time.Now().UnixNano()
+	v, cas, err1 := c.moxi.gets(k)
+	refV, refCas, err2 := c.ref.gets(k)
+	if err1 != nil || err2 != nil || v != refV {
+		if err1 == nil && excused(v) {
+			return
+		}
+		differ(k, "gets", fmt.Sprint(v, err1), fmt.Sprint(refV, err2))
+		return
+	}
+	next := v + "c"
+	got, err := c.moxi.text(fmt.Sprintf("cas %s 0 0 %d %d\r\n%s\r\n", k, len(next), cas, next))
+	switch {
+	case err != nil:
+		differ(k, "cas", err.Error(), "STORED")
+		return
+	case got == "EXISTS" && (restartedAt.Load() == 0 || readAt < restartedAt.Load()):
+		return // not stored on moxi: the reference is left as it is
+	case got != "STORED":
+		if !excused(got) {
+			differ(k, "cas", got, "STORED")
+		}
+		return
+	}
+	if want, err := c.ref.text(fmt.Sprintf("cas %s 0 0 %d %d\r\n%s\r\n", k, len(next), refCas, next)); err != nil || want != "STORED" {
+		differ(k, "cas on memcached", "STORED", fmt.Sprint(want, err))
+	}
+}
+
+// TestReplicasRestartEmpty: the victim killed, marked dead, and restarted empty.
+func TestReplicasRestartEmpty(t *testing.T) {
+	restartRun{clients: 4, keys: 8, rounds: 9, hold: 1500 * time.Millisecond}.test(t)
+}
+
+// TestReplicasRestartFast: the victim killed and restarted at once, before failure_limit
+// marks it dead: moxi's connections to it simply reconnect to an empty server.
+func TestReplicasRestartFast(t *testing.T) {
+	restartRun{clients: 4, keys: 8, rounds: 9}.test(t)
+}

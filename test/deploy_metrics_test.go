@@ -68,6 +68,7 @@ var exportedFamilies = []exportedMetric{
 	{"moxi_migration_keys_copied", dto.MetricType_GAUGE, []string{"pool", "server"}},
 	{"moxi_migration_keys_listed", dto.MetricType_GAUGE, []string{"pool", "server"}},
 	{"moxi_migration_phase", dto.MetricType_GAUGE, []string{"pool", "server", "phase"}},
+	{"moxi_rebuild_keys_copied", dto.MetricType_GAUGE, []string{"pool", "server"}},
 	// Servers from DNS (internal/discover).
 	{"moxi_discovery_errors_total", dto.MetricType_COUNTER, []string{"pool"}},
 	// Config reloads and the build (internal/reload, internal/admin).

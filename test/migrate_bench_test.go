@@ -15,7 +15,7 @@ import (
 )
 
 // fill stores n keys prefix0… of size bytes straight into memcached, pipelined.
-func fill(b *testing.B, addr, prefix string, n, size int) {
+func fill(b testing.TB, addr, prefix string, n, size int) {
 	b.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {

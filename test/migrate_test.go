@@ -19,7 +19,7 @@ type migrationJSON struct {
 	Pool, Name, From, To, Phase string
 	KeysCopied                  int64  `json:"keys_copied"`
 	KeysTotal                   int64  `json:"keys_total"`
-	Finished                    string // RFC 3339, "" until done
+	Started, Finished           string // RFC 3339; Finished "" until done
 	Error                       string
 }
 

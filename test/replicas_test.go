@@ -55,7 +55,7 @@ func replicaSets(n, r int) func(key string) []int {
 
 // replicaValues reads keys from the server (or moxi) at addr with pipelined multi-gets and
 // returns the values found; a miss is absent from the map.
-func replicaValues(t *testing.T, addr string, keys []string) map[string]string {
+func replicaValues(t testing.TB, addr string, keys []string) map[string]string {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {

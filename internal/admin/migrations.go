@@ -16,18 +16,19 @@ var migrationPhases = []string{migrate.Scheduled, migrate.Copying, migrate.Done,
 // for as long as it lists them (done and failed included), so that a migration that ends
 // between two scrapes is still seen.
 type MigrationCollector struct {
-	B                     Migrations
-	copied, listed, phase *prometheus.Desc
+	B                              Migrations
+	copied, listed, phase, rebuilt *prometheus.Desc
 }
 
 // NewMigrationCollector returns the collector of b's migrations.
 func NewMigrationCollector(b Migrations) *MigrationCollector {
 	labels := []string{"pool", "server"}
 	return &MigrationCollector{
-		B:      b,
-		copied: prometheus.NewDesc("moxi_migration_keys_copied", "Keys copied to the new server of a migrating slot, by the background copy or by reads.", labels, nil),
-		listed: prometheus.NewDesc("moxi_migration_keys_listed", "Keys listed on the old server of a migrating slot so far: the copy lists and copies in batches, so this leads keys_copied by at most a batch (of 250) and is the old server's item count once the phase is done.", labels, nil),
-		phase:  prometheus.NewDesc("moxi_migration_phase", "1 for the phase a migrating slot is in (scheduled, copying, done, failed), 0 for the others.", append(labels, "phase"), nil),
+		B:       b,
+		copied:  prometheus.NewDesc("moxi_migration_keys_copied", "Keys copied to the new server of a migrating slot, by the background copy or by reads.", labels, nil),
+		listed:  prometheus.NewDesc("moxi_migration_keys_listed", "Keys listed on the old server of a migrating slot so far: the copy lists and copies in batches, so this leads keys_copied by at most a batch (of 250) and is the old server's item count once the phase is done.", labels, nil),
+		phase:   prometheus.NewDesc("moxi_migration_phase", "1 for the phase a migrating slot is in (scheduled, copying, done, failed), 0 for the others.", append(labels, "phase"), nil),
+		rebuilt: prometheus.NewDesc("moxi_rebuild_keys_copied", "Keys copied to a server that came back empty (restarted, or flushed) from its pool's other replicas, by its rebuild (GET /migrations: rebuild-<n>).", labels, nil),
 	}
 }
 
@@ -35,10 +36,14 @@ func (c *MigrationCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.copied
 	ch <- c.listed
 	ch <- c.phase
+	ch <- c.rebuilt
 }
 
 func (c *MigrationCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range c.B.Migrations() {
+		if st.Server != "" { // a rebuild's
+			ch <- prometheus.MustNewConstMetric(c.rebuilt, prometheus.GaugeValue, float64(st.KeysCopied), st.Pool, st.Server)
+		}
 		ch <- prometheus.MustNewConstMetric(c.copied, prometheus.GaugeValue, float64(st.KeysCopied), st.Pool, st.Name)
 		ch <- prometheus.MustNewConstMetric(c.listed, prometheus.GaugeValue, float64(st.KeysTotal), st.Pool, st.Name)
 		for _, ph := range migrationPhases {

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"bytes"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,10 @@ type call struct {
 	out     []protocol.Response // the caller's answers
 	outErrs []error             // and errors
 	count   int                 // the client requests it stands for
+	chase   bool                // moxi's own delete after a late write (Server.chase): counted nowhere
 	begun   time.Time
 	on      *conn       // the connection it was queued on
+	via     net.Conn    // on's socket when it was queued: a chase goes on that one only
 	alarm   *time.Timer // its timeout (onAlarm), made once per call
 	// alarmMu orders what onAlarm reads of the call before it re-arms the alarm with the
 	// Stop that finds it re-armed, after which the call is reused (Server.finishStarted).
@@ -289,6 +292,8 @@ func (cl *call) onAlarm() {
 	}
 	cl.alarmMu.Unlock()
 	if cl.abandon() {
+		// Before the call ends: its end may mark the server dead, which closes on.
+		cl.s.chase(cl)
 		// The connection still owns cl and will drop its late answer; never reuse it.
 		cl.orphaned = true
 		cl.result = ErrTimeout

@@ -69,11 +69,17 @@ func newConn(s *Server, meta bool) *conn {
 // enqueue encodes cl and queues it for writing; false when the connection is down. The
 // caller then calls flush.
 func (c *conn) enqueue(cl *call) bool {
+	return c.enqueueOn(nil, cl)
+}
+
+// enqueueOn is enqueue, only on the socket via when it is not nil.
+func (c *conn) enqueueOn(via net.Conn, cl *call) bool {
 	c.mu.Lock()
-	if c.nc == nil {
+	if c.nc == nil || (via != nil && c.nc != via) {
 		c.mu.Unlock()
 		return false
 	}
+	cl.via = c.nc
 	c.wbuf = cl.encode(c.wbuf, c.opaque)
 	c.opaque += cl.n
 	c.queue.push(cl)
@@ -333,6 +339,9 @@ func (c *conn) dialLoop() {
 		}
 		c.s.wg.Add(1)
 		go c.writeLoop(nc, stop, kick)
+		if !c.meta {
+			c.s.checkStart()
+		}
 		c.readLoop(nc)
 	}
 }

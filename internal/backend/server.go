@@ -42,6 +42,10 @@ type Options struct {
 	Logger         *slog.Logger    // nil = slog.Default()
 	// Observe, when set, is given the seconds from send to answer of every answered request.
 	Observe func(seconds float64)
+	// Restarted, when set, is called (on a goroutine of its own) when the server's start
+	// instant moved forward: memcached restarted, empty (restart.go). startedAt is the new
+	// instant, in unix seconds: the same on every proxy that asks.
+	Restarted func(startedAt int64)
 
 	dial func(ctx context.Context) (net.Conn, error) // tests: replaces Dial
 }
@@ -85,7 +89,8 @@ type Server struct {
 	slots chan struct{} // one token per request in flight: the back-pressure bound
 
 	health health
-	meta   metaConns // text connections for meta requests (meta.go)
+	meta   metaConns  // text connections for meta requests (meta.go)
+	starts startCheck // the server's start instant (restart.go)
 
 	requests, timeouts, down, ioErrors, overloads atomic.Uint64 // requests sent and how they failed
 	inFlight                                      atomic.Int64
@@ -303,6 +308,10 @@ func (s *Server) finish(cl *call) {
 		}
 	}
 	s.release()
+	if cl.chase {
+		s.putCall(cl)
+		return
+	}
 	err := s.outcome(cl.result, cl.count, cl.begun)
 	for i := range cl.outErrs {
 		cl.outErrs[i] = err

@@ -33,6 +33,9 @@ import (
 type StandIns struct {
 	max    int
 	logger *slog.Logger
+	// Flushed, when set before the first use, is told of each replica flushed before it
+	// serves again (past the memory's bound): it is empty, and may be refilled.
+	Flushed func(pool, server string)
 
 	owing atomic.Int32 // len(owed), read on every placement without mu
 
@@ -253,6 +256,9 @@ func (l *StandIns) cleanup(home pool.Server, d *debt) {
 			}
 			l.logger.Info("replicas: server flushed before serving again: more keys were written while it was away than are remembered",
 				"pool", poolName, "server", name)
+			if l.Flushed != nil {
+				l.Flushed(poolName, name)
+			}
 			continue
 		}
 		if len(r.keys) == 0 {

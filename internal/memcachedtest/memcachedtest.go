@@ -99,6 +99,27 @@ func (s *Server) Signal(sig syscall.Signal) error {
 	return s.cmd.Process.Signal(sig)
 }
 
+// Pause stops the process (SIGSTOP) and returns once the kernel reports it stopped: the
+// signal is delivered asynchronously, and a request sent before it lands is answered.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b, err := os.ReadFile(stat)
+		// The state follows the command's closing parenthesis: "pid (memcached) T …".
+		if _, after, ok := strings.Cut(string(b), ") "); err == nil && ok && strings.HasPrefix(after, "T") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("memcached %s not stopped 10 s after SIGSTOP", s.Addr)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // Pid is the process's id, for reading what it costs (/proc).
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
 

@@ -2,6 +2,8 @@ package migrate
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -39,21 +41,28 @@ const (
 // the migration done, or failed with the error; a stop (a reload that took the migration
 // out, or shutdown) just ends it.
 func (m *Migration) run(ctx context.Context) {
-	// The keys listed so far, by hash: 8 bytes a key, whatever the keys' length.
-	seen := make(map[uint64]struct{})
-	limit := copyLimiter(m.opts.Rate) // shared by the passes: Rate bounds the whole copy
-	var err error
-	quiet := 0
-	for pass := 1; pass <= maxPasses && err == nil && quiet < quietPasses; pass++ {
-		var fresh int64
-		fresh, err = m.pass(ctx, seen, pass, limit)
-		if pass > 1 && fresh > 0 {
-			m.opts.Logger.Info("migration: a later listing found keys the first had missed", "pool", m.opts.Pool, "server", m.opts.Name, "pass", pass, "keys", fresh)
-		}
-		if quiet = quiet + 1; fresh > 0 {
-			quiet = 0
-		}
+	l := lister{
+		old: m.old, moves: m.opts.Moves, countStaying: true, total: &m.total,
+		copy: func(ctx context.Context, batch [][]byte) error {
+			if _, err := m.copyKeys(ctx, batch, false); err != nil {
+				return err
+			}
+			if m.opts.DeleteMoved {
+				// The new server has each key now (copied, or written by a client, whose
+				// write deleted it here already): the old copy can only be stale later.
+				return m.old.deleteAll(ctx, batch)
+			}
+			return nil
+		},
+		progress: func() {
+			m.opts.Logger.Info("migration progress", "pool", m.opts.Pool, "server", m.opts.Name,
+				"keys_copied", m.copied.Load(), "keys_listed", m.total.Load())
+		},
+		missed: func(pass int, keys int64) {
+			m.opts.Logger.Info("migration: a later listing found keys the first had missed", "pool", m.opts.Pool, "server", m.opts.Name, "pass", pass, "keys", keys)
+		},
 	}
+	err := l.run(ctx, copyLimiter(m.opts.Rate)) // one limiter for every pass: Rate bounds the whole copy
 	if ctx.Err() != nil {
 		// Stopped (a revert, a later reshard, shutdown): the copy copies nothing more.
 		m.opts.Logger.Info("migration copy stopped before its end", "pool", m.opts.Pool, "server", m.opts.Name,
@@ -67,70 +76,131 @@ func (m *Migration) run(ctx context.Context) {
 	m.finish(Done, nil)
 }
 
-// pass lists the old server once (the pass-th time) and copies the keys not in seen that
-// move, adding them to it, in batches of limit's burst at limit's rate; it returns how many
-// keys were new.
-func (m *Migration) pass(ctx context.Context, seen map[uint64]struct{}, pass int, limit *rate.Limiter) (int64, error) {
+// lister lists a server's keys pass after pass (see maxPasses) and hands those that move to
+// copy, in batches of the limiter's burst at its rate: the background copy of a migration
+// and of a rebuild.
+type lister struct {
+	old          *oldServer
+	moves        func(key []byte) bool // the keys to copy; nil: every key
+	countStaying bool                  // total counts every key listed, not only those that move
+	total        *atomic.Int64         // keys listed (that move, unless countStaying)
+	copy         func(ctx context.Context, batch [][]byte) error
+	progress     func()                     // every 5 s of copying
+	missed       func(pass int, keys int64) // a later pass found keys the earlier ones had not
+}
+
+// run lists until quietPasses passes in a row find no key not seen before (or maxPasses),
+// and on while a pass left keys for the next (deferred).
+func (l *lister) run(ctx context.Context, limit *rate.Limiter) error {
+	// The keys listed so far, by hash: 8 bytes a key, whatever the keys' length.
+	seen := make(map[uint64]struct{})
+	quiet := 0
+	for pass := 1; pass <= maxPasses && quiet < quietPasses; pass++ {
+		fresh, deferred, err := l.pass(ctx, seen, pass, limit)
+		if err != nil {
+			return err
+		}
+		if pass > 1 && fresh > 0 && l.missed != nil {
+			l.missed(pass, fresh)
+		}
+		switch {
+		case deferred > 0:
+			quiet, pass = 0, min(pass, maxPasses-1) // not a pass that counts: the next lists them
+		case fresh > 0:
+			quiet = 0
+		default:
+			quiet++
+		}
+	}
+	return nil
+}
+
+// queuedBatches bounds the batches listed and not yet copied: up to 128 × 250 keys, a few
+// MiB. Past it a pass leaves keys for the next one rather than stop reading the listing:
+// memcached (1.6.18) writes its listing while holding the lock of the items' bucket, so a
+// listing left unread blocks the very reads the copy waits for.
+const queuedBatches = 128
+
+// pass lists the server once (the pass-th time) and copies the keys not in seen that
+// move, in batches of limit's burst at limit's rate, while the listing is read on a
+// goroutine of its own; it returns how many keys were new, and how many of those it left
+// for the next pass (the copy was behind).
+func (l *lister) pass(ctx context.Context, seen map[uint64]struct{}, pass int, limit *rate.Limiter) (fresh, deferred int64, err error) {
 	batchSize := limit.Burst()
-	var batch [][]byte
-	lastLog := time.Now()
-	flush := func() error {
-		if len(batch) == 0 {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan [][]byte, queuedBatches)
+	var listErr error
+	var reader sync.WaitGroup
+	reader.Go(func() { // the only user of seen, fresh and deferred until Wait
+		defer close(batches)
+		var batch [][]byte
+		send := func() {
+			select {
+			case batches <- batch:
+			default:
+				for _, k := range batch {
+					delete(seen, keyhash.Sum(k))
+				}
+				deferred += int64(len(batch))
+			}
+			batch = nil
+		}
+		var listed int64
+		now := time.Now().Unix()
+		listErr = l.old.dump(ctx, func(e DumpEntry) error {
+			if listed++; listed%4096 == 0 {
+				now = time.Now().Unix() // not for every key: a listing is a server's every key
+			}
+			if l.moves != nil && !l.moves(e.Key) {
+				// Stays where it is: not remembered either, since only keys that move count.
+				if pass == 1 && l.countStaying {
+					l.total.Add(1)
+				}
+				return nil
+			}
+			h := keyhash.Sum(e.Key)
+			if _, ok := seen[h]; ok {
+				return nil
+			}
+			seen[h] = struct{}{}
+			fresh++
+			l.total.Add(1)
+			if e.Exp > 0 && e.Exp <= now {
+				return nil // expired: nothing to move
+			}
+			if batch = append(batch, e.Key); len(batch) >= batchSize {
+				send()
+			}
 			return nil
+		})
+		if listErr == nil && len(batch) > 0 {
+			send()
+		}
+	})
+	lastLog := time.Now()
+	for batch := range batches {
+		if err != nil {
+			continue // drain: the reader ends once cancelled
 		}
 		// On the copy's ctx: a stop ends the wait at once.
-		if err := limit.WaitN(ctx, len(batch)); err != nil {
-			return err
+		if err = limit.WaitN(ctx, len(batch)); err == nil {
+			err = l.copy(ctx, batch)
 		}
-		if _, err := m.copyKeys(ctx, batch, false); err != nil {
-			return err
+		if err != nil {
+			cancel()
+			continue
 		}
-		if m.opts.DeleteMoved {
-			// The new server has each key now (copied, or written by a client, whose
-			// write deleted it here already): the old copy can only be stale later.
-			if err := m.old.deleteAll(ctx, batch); err != nil {
-				return err
-			}
-		}
-		batch = batch[:0]
-		if time.Since(lastLog) >= 5*time.Second {
+		if time.Since(lastLog) >= 5*time.Second && l.progress != nil {
 			lastLog = time.Now()
-			m.opts.Logger.Info("migration progress", "pool", m.opts.Pool, "server", m.opts.Name,
-				"keys_copied", m.copied.Load(), "keys_listed", m.total.Load())
+			l.progress()
 		}
-		return nil
 	}
-	var fresh, listed int64
-	now := time.Now().Unix()
-	err := m.old.dump(ctx, func(e DumpEntry) error {
-		if listed++; listed%4096 == 0 {
-			now = time.Now().Unix() // not for every key: a listing is a server's every key
-		}
-		if m.opts.Moves != nil && !m.opts.Moves(e.Key) {
-			// Stays where it is: not remembered either, since only keys that move count.
-			if pass == 1 {
-				m.total.Add(1)
-			}
-			return nil
-		}
-		h := keyhash.Sum(e.Key)
-		if _, ok := seen[h]; ok {
-			return nil
-		}
-		seen[h] = struct{}{}
-		fresh++
-		m.total.Add(1)
-		if e.Exp > 0 && e.Exp <= now {
-			return nil // expired: nothing to move
-		}
-		batch = append(batch, e.Key)
-		if len(batch) >= batchSize {
-			return flush()
-		}
-		return nil
-	})
+	reader.Wait()
 	if err == nil {
-		err = flush()
+		err = listErr
 	}
-	return fresh, err
+	// Deferred keys are listed again next pass: they count as fresh then, not now.
+	l.total.Add(-deferred)
+	return fresh - deferred, deferred, err
 }

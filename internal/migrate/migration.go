@@ -1,7 +1,8 @@
-// Package migrate moves one ring slot's data from an old memcached to a new one while
-// clients keep working: writes go to the new server (and delete the key on the old one),
-// reads that miss on the new server are answered from the old one and copied over, and a
-// background copier moves everything else.
+// Package migrate copies a pool's items between memcached servers in the background while
+// clients keep working. A Migration moves one ring slot's data from an old memcached to a
+// new one: writes go to the new server (and delete the key on the old one), reads that miss
+// on the new server are answered from the old one and copied over, and a background copier
+// moves everything else. A Rebuild refills a replica that came back empty from the others.
 package migrate
 
 import (
@@ -67,6 +68,7 @@ const (
 // Status is a migration's progress.
 type Status struct {
 	Pool, Name, From, To string
+	Server               string // a rebuild's: the name of the server it refills
 	Phase                string
 	KeysCopied           int64 // copied by the background copy or by reads
 	KeysTotal            int64 // listed on the old server so far

@@ -29,6 +29,7 @@ type placement struct {
 	servers string     // the pool's placement settings and servers (placementOf)
 	pool    *pool.Pool // places keys: its members' Addr are the servers
 	reshard *reshardRun
+	copy    copySettings // how keys are copied between its servers (a rebuild's)
 }
 
 // reshardRun is one change of a pool's servers whose keys are still moving.

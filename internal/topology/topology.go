@@ -51,7 +51,10 @@ type Builder struct {
 	migrations map[migrationKey]*migrate.Migration // its migrations
 	placements map[string]placement                // its pools' key placements, by pool name (reshard.go)
 	reshards   map[string]int                      // per pool, the number of its last reshard
-	retired    sync.WaitGroup                      // servers closing after their grace
+	rebuilds   []*migrate.Rebuild                  // running and lately ended (rebuild.go)
+	// rebuildCount is, per pool, the number of its last rebuild.
+	rebuildCount map[string]int
+	retired      sync.WaitGroup // servers closing after their grace
 }
 
 // migrationKey identifies a migration: the same slot moving between the same servers.
@@ -109,6 +112,7 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	t := pd.Topology
 	if b.standIns == nil {
 		b.standIns = failover.NewStandIns(MaxStandInKeys, b.logger())
+		b.standIns.Flushed = b.flushed
 	}
 	if b.Features == nil {
 		b.Features = route.NewShared(route.Options{Logger: b.logger()})
@@ -274,6 +278,7 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) memb
 					Pool:           pc.Name,
 					Logger:         b.logger().With("pool", pc.Name, "server", m.Name),
 					Observe:        b.observer(pc.Name, m.Name),
+					Restarted:      func(at int64) { b.restarted(pc.Name, key.name, addr, at) },
 				})
 			})
 		}
@@ -322,7 +327,9 @@ func (b *Builder) reshard(pd *Pending, cfg *config.Config, pc *config.Pool, ms m
 	if err != nil {
 		return nil // pool.New refuses the same members, with the same error, in Build
 	}
-	now := placement{servers: placementOf(pc), pool: after}
+	now := placement{servers: placementOf(pc), pool: after, copy: copySettings{
+		rate: pc.MigrateRate, timeout: pc.Timeout + pc.ConnectTimeout, maxValue: Limits(cfg).MaxValueBytes, dial: ms.dial, sasl: pc.SASL != nil,
+	}}
 	cur, had := b.placements[pc.Name]
 	switch {
 	case !had:
@@ -349,7 +356,6 @@ func (b *Builder) reshard(pd *Pending, cfg *config.Config, pc *config.Pool, ms m
 	}
 	run := now.reshard
 	moves := after.MovedFrom(run.before)
-	lim := Limits(cfg)
 	return func(i int, next pool.Server) pool.Server {
 		// A reshardServer is made anew at each build; next, the member's server, is what
 		// stand-ins remember (Member.Base), which outlives reloads.
@@ -369,8 +375,8 @@ func (b *Builder) reshard(pd *Pending, cfg *config.Config, pc *config.Pool, ms m
 			rs.from[mv.From] = b.migration(pd, migrationKey{pc.Name, run.name, mv.From, mv.To, cfg.ApplyAt, next}, func() *migrate.Migration {
 				return migrate.New(migrate.Options{
 					Pool: pc.Name, Name: run.name, From: mv.From, To: mv.To,
-					New: next, At: cfg.ApplyAt, Old: old, Rate: pc.MigrateRate, Timeout: pc.Timeout + pc.ConnectTimeout,
-					MaxValue: lim.MaxValueBytes, Dial: ms.dial, Logger: b.logger(),
+					New: next, At: cfg.ApplyAt, Old: old, Rate: now.copy.rate, Timeout: now.copy.timeout,
+					MaxValue: now.copy.maxValue, Dial: ms.dial, Logger: b.logger(),
 					Moves: func(key []byte) bool {
 						from, ok := after.PairedFrom(run.before, key, self)
 						return ok && from == mv.From
@@ -462,6 +468,7 @@ func (pd *Pending) Commit(grace time.Duration) {
 		}
 	}
 	b.running, b.migrations, b.placements = pd.servers, pd.migrations, pd.placements
+	b.stopRebuildsLocked(pd.serves)
 	if b.reshards == nil {
 		b.reshards = map[string]int{}
 	}
@@ -531,6 +538,7 @@ func (b *Builder) Close(ctx context.Context) error {
 	for _, s := range b.running {
 		all = append(all, s)
 	}
+	b.stopRebuildsLocked(nil)
 	b.running, b.migrations = nil, nil
 	standIns := b.standIns
 	b.mu.Unlock()
@@ -614,6 +622,9 @@ func (b *Builder) Migrations() []migrate.Status {
 	}
 	for _, parts := range reshards {
 		out = append(out, mergeStatus(parts))
+	}
+	for _, r := range b.rebuilds {
+		out = append(out, r.Status())
 	}
 	slices.SortFunc(out, func(a, b migrate.Status) int { return strings.Compare(a.Pool+"/"+a.Name, b.Pool+"/"+b.Name) })
 	return out

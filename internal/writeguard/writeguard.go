@@ -3,6 +3,7 @@
 package writeguard
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -61,6 +62,10 @@ const (
 
 func stripeOf(key []byte) int { return keyhash.Stripe(key, writeStripes) }
 
+// Shares reports whether a write of a counts as one of b (their keys share a stripe): a copy
+// of either waits for, or gives way to, a write of the other.
+func Shares(a, b []byte) bool { return stripeOf(a) == stripeOf(b) }
+
 // count changes the writes of stripe i, and those in flight in its group by inFlight,
 // under the stripe's lock.
 func (w *Guard) count(i int, delta uint64, inFlight int32) {
@@ -103,6 +108,33 @@ func (w *Guard) IfQuiet(key []byte, e uint64, fn func()) {
 	if e < oneInFlight && s.state.Load() == e {
 		fn()
 	}
+}
+
+// IfQuietAll is IfQuiet for a batch of keys read at epochs (a background copy's): it runs
+// fn once, under the locks of every stripe of keys, taken in ascending order, with quiet[i]
+// telling whether keys[i] may be copied. Writes of those stripes wait for fn: keep it to
+// one round trip.
+func (w *Guard) IfQuietAll(keys [][]byte, epochs []uint64, fn func(quiet []bool)) {
+	idx := make([]int, len(keys))
+	for i, k := range keys {
+		idx[i] = stripeOf(k)
+	}
+	order := slices.Clone(idx)
+	slices.Sort(order)
+	order = slices.Compact(order)
+	for _, i := range order {
+		w.stripes[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range order {
+			w.stripes[i].mu.Unlock()
+		}
+	}()
+	quiet := make([]bool, len(keys))
+	for j, i := range idx {
+		quiet[j] = epochs[j] < oneInFlight && w.stripes[i].state.Load() == epochs[j]
+	}
+	fn(quiet)
 }
 
 // Lock begins a replicated write of key, after the one in flight ends; the function it

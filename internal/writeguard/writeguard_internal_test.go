@@ -1,6 +1,9 @@
 package writeguard
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // The guard of copies (a warm-up's add, a replica's read repair): a copy runs only when no
 // write of its key's stripe was in flight when the reader noted the epoch, and none began
@@ -44,6 +47,14 @@ func TestWriteStripesGuard(t *testing.T) {
 			if ran != tc.want {
 				t.Errorf("copy ran = %v, want %v", ran, tc.want)
 			}
+			// The batch form: k twice (one stripe, locked once) beside a quiet key.
+			other := []byte("other")
+			keys := [][]byte{k, other, k}
+			w.IfQuietAll(keys, []uint64{e, w.Epoch(other), e}, func(quiet []bool) {
+				if want := []bool{tc.want, true, tc.want}; !slices.Equal(quiet, want) {
+					t.Errorf("batch copy quiet = %v, want %v", quiet, want)
+				}
+			})
 		})
 	}
 }

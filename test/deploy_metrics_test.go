@@ -60,6 +60,7 @@ var exportedFamilies = []exportedMetric{
 	{"moxi_warmup_reads_total", dto.MetricType_COUNTER, []string{"pool", "result"}},
 	{"moxi_shadow_requests_total", dto.MetricType_COUNTER, []string{"pool", "result"}},
 	{"moxi_replica_repairs_total", dto.MetricType_COUNTER, []string{"pool"}},
+	{"moxi_zone_reads_total", dto.MetricType_COUNTER, []string{"pool", "zone", "result"}},
 	// Failover stand-ins (internal/admin).
 	{"moxi_failover_keys_remembered", dto.MetricType_GAUGE, nil},
 	{"moxi_failover_keys_remembered_max", dto.MetricType_GAUGE, nil},
@@ -387,6 +388,8 @@ func exercise(t *testing.T, addr, admin string) {
 		{"get ff:k\r\n", "END"},
 		{"get down:k\r\n", "SERVER_ERROR"},
 		{"get warm:k\r\n", "END"},
+		{"set zoned:k 0 0 1\r\nz\r\n", "STORED"},
+		{"get zoned:k\r\n", "END"},
 	}
 	for _, s := range steps {
 		lines := roundTrip(t, c, r, s.req, s.last)
@@ -431,6 +434,9 @@ func TestDeployMetricsExported(t *testing.T) {
 	}
 
 	mc, oldMC, newMC := memcachedtest.Start(t), memcachedtest.Start(t), memcachedtest.Start(t)
+	// A pool of two zones, whose second zone's server restarts below: its rebuild's gauge.
+	zoneA, zoneB := memcachedtest.Start(t), memcachedtest.Start(t)
+	born := time.Now()
 	// Keys on the old server of a migrating slot, copied at 1 key/s, keep the migration in
 	// phase copying for the whole test so that its gauge exists.
 	seed, err := net.DialTimeout("tcp", oldMC.Addr, time.Second)
@@ -467,28 +473,38 @@ func TestDeployMetricsExported(t *testing.T) {
     embedded: 1
     warm_from: main
     shadow: {pool: main, fraction: 1}
+  zoned:
+    zones:
+      - {name: a, servers: [%q]}
+      - {name: b, servers: [%q]}
 default_pool: main
 routes:
   - prefix: "down:"
     pool: down
   - prefix: "warm:"
     pool: warm
+  - prefix: "zoned:"
+    pool: zoned
 hot_cache:
   prefixes: ["hot:"]
 fire_and_forget:
   prefixes: ["ff:"]
-`, mcPort, dns.Addr, mc.Addr, newMC.Addr, oldMC.Addr, freeAddr(t)))
+`, mcPort, dns.Addr, mc.Addr, newMC.Addr, oldMC.Addr, freeAddr(t), zoneA.Addr, zoneB.Addr))
 	admin := freeAddr(t)
 	p := startMoxi(t, "--config", cfg, "--admin", admin)
 	if err := memcachedtest.WaitListening(admin, 5*time.Second); err != nil {
 		t.Fatalf("admin: %v\n%s", err, p.out.String())
 	}
 	exercise(t, p.addr, admin)
+	// A start instant moves by whole seconds: restarted 2.5 s after its start, the zoned
+	// pool's server is seen to have restarted, and rebuilt.
+	pollUntil(t, "2.5 s of the zoned pool's servers", func() bool { return time.Since(born) > 2500*time.Millisecond })
+	zoneB.Restart(t)
 	// The shadow copy of warm:k is sent after its answer, by a background worker.
 	var fams map[string]*dto.MetricFamily
-	pollUntil(t, "moxi counts the shadow request", func() bool {
+	pollUntil(t, "moxi counts the shadow request and lists the rebuild", func() bool {
 		fams = metricFamilies(t, admin)
-		return metricSample(fams, "moxi_shadow_requests_total", "pool", "warm") >= 0
+		return metricSample(fams, "moxi_shadow_requests_total", "pool", "warm") >= 0 && fams["moxi_rebuild_keys_copied"] != nil
 	})
 
 	var missing []string

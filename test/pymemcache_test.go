@@ -59,8 +59,8 @@ func runPymemcache(t *testing.T, addr string, ids ...string) map[string]string {
 }
 
 // TestPymemcache runs pymemcache's integration suite (its Client, PooledClient and
-// HashClient) against memcached, then through moxi in front of a plain pool and a pool with
-// replicas: 2, and wants the same outcome for every test: all passed. A test that fails
+// HashClient) against memcached, then through moxi in front of a plain pool, a pool with
+// replicas: 2 and a pool of three zones, and wants the same outcome for every test: all passed. A test that fails
 // through moxi runs once more, alone: test_touch sets a key with a TTL of 1 s and touches
 // it, and memcached's clock moves in whole seconds, so on a loaded machine the key can
 // expire between the two (seen once, in a CI run beside another).
@@ -72,9 +72,14 @@ func TestPymemcache(t *testing.T) {
 			t.Errorf("memcached: %s %s", id, outcome)
 		}
 	}
-	for name, settings := range map[string]string{"plain pool": "", "replicated pool": "    replicas: 2\n"} {
+	as := addrs(mcs)
+	for name, cfg := range map[string]string{
+		"plain pool":      poolConfig("", as...),
+		"replicated pool": poolConfig("    replicas: 2\n", as...),
+		"zoned pool":      zonesConfig("b", "    timeout: 2s\n", []string{as[0]}, []string{as[1]}, []string{as[2]}),
+	} {
 		t.Run(name, func(t *testing.T) {
-			moxi := startMoxi(t, "--config", writeConfig(t, poolConfig(settings, addrs(mcs)...)))
+			moxi := startMoxi(t, "--config", writeConfig(t, cfg))
 			got := runPymemcache(t, moxi.addr)
 			var again []string
 			for _, id := range slices.Sorted(maps.Keys(want)) {

@@ -15,8 +15,9 @@ import (
 )
 
 // BenchmarkReplicaWrites compares the p99 of sets through moxi to a pool of three servers
-// without replicas ("plain"), and with replicas: 2 and write_quorum all and one, on the
-// same servers (three pools routed by prefix): 8 clients, 1 s per pool, the pools taking
+// without replicas ("plain"), with replicas: 2 and write_quorum all and one, and with three
+// zones of one server each and write_quorum one ("zones"), on the same servers (four pools
+// routed by prefix): 8 clients, 1 s per pool, the pools taking
 // turns for 6 rounds, each first in a round as often as the others; it reports each p99 over all rounds and its ratio to plain's, and the
 // CPU time moxi and the memcached processes took per set. In "closed" each client sends a
 // set as soon as the last is answered, a load that takes all of the host's two cores (a
@@ -25,7 +26,8 @@ import (
 // proxy with room left, and in "2k" 2,000.
 //
 // "floor-…" measures bench/fanout the same way, the least a proxy can do to write a set to
-// one server (plain) or two (all: answered after both, one: after the first): a goroutine
+// one server (plain), two (all: answered after both, one: after the first) or three (zones:
+// after the first): a goroutine
 // and a connection to each server per client, nothing parsed but the line.
 func BenchmarkReplicaWrites(b *testing.B) {
 	for _, load := range []struct {
@@ -55,7 +57,8 @@ func replicaWrites(b *testing.B, every time.Duration, floor bool) {
 		for _, t := range []struct {
 			name string
 			args []string
-		}{{"plain", []string{"-replicas", "1"}}, {"all", []string{"-replicas", "2"}}, {"one", []string{"-replicas", "2", "-quorum", "1"}}} {
+		}{{"plain", []string{"-replicas", "1"}}, {"all", []string{"-replicas", "2"}}, {"one", []string{"-replicas", "2", "-quorum", "1"}},
+			{"zones", []string{"-replicas", "3", "-quorum", "1"}}} {
 			addr := freeAddr(b)
 			p := launch(b, addr, bin, false, append([]string{"-listen", addr, "-servers", strings.Join(addrs(mcs), ",")}, t.args...))
 			targets = append(targets, writeTarget{t.name, addr, "", p.cmd.Process.Pid})
@@ -67,12 +70,19 @@ pools:
   plain: {servers: %[1]s}
   all: {servers: %[1]s, replicas: 2}
   one: {servers: %[1]s, replicas: 2, write_quorum: one}
+  zones:
+    write_quorum: one
+    zones:
+      - {name: a, servers: [%[2]q]}
+      - {name: b, servers: [%[3]q]}
+      - {name: c, servers: [%[4]q]}
 default_pool: plain
 routes:
   - {prefix: "all:", pool: all}
   - {prefix: "one:", pool: one}
-`, list)))
-		for _, name := range []string{"plain", "all", "one"} {
+  - {prefix: "zones:", pool: zones}
+`, list, mcs[0].Addr, mcs[1].Addr, mcs[2].Addr)))
+		for _, name := range []string{"plain", "all", "one", "zones"} {
 			targets = append(targets, writeTarget{name, moxi.addr, name + ":", moxi.cmd.Process.Pid})
 		}
 	}
@@ -125,7 +135,7 @@ routes:
 		}
 		plain := p99(lat["plain"])
 		b.ReportMetric(float64(plain.Microseconds()), "p99-plain-µs")
-		for _, name := range []string{"all", "one"} {
+		for _, name := range []string{"all", "one", "zones"} {
 			b.ReportMetric(float64(p99(lat[name]).Microseconds()), "p99-"+name+"-µs")
 			b.ReportMetric(float64(p99(lat[name]))/float64(plain), "p99-"+name+"-ratio")
 		}

@@ -1,10 +1,8 @@
 package test
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -30,47 +28,34 @@ var restartCounters = []string{"incr", "decr", "binincr", "ma"}
 
 // restartClient is one client's connections: text and binary, to moxi and to the reference.
 type restartClient struct {
-	moxi, ref       *answerConn
-	moxiBin, refBin *answerConn
+	moxi, ref       *textClient
+	moxiBin, refBin *textClient
 }
 
-// answerConn reads whole answers: one line, or a VA line and its data, or VALUE … END.
-type answerConn struct {
-	c net.Conn
-	r *bufio.Reader
-}
-
-func dialAnswers(addr string) (*answerConn, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return nil, err
-	}
-	return &answerConn{c: c, r: bufio.NewReader(c)}, nil
-}
-
-// text sends cmd and returns its answer, data lines joined with "|" (cas uniques dropped:
+// whole sends cmd and returns its whole answer: one line, or a VA line and its data, or
+// VALUE lines and their data up to END, data lines joined with "|" (cas uniques dropped:
 // each server numbers its own).
-func (a *answerConn) text(cmd string) (string, error) {
-	_ = a.c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(a.c, cmd); err != nil {
+func (tc *textClient) whole(cmd string) (string, error) {
+	_ = tc.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(tc.c, cmd); err != nil {
 		return "", err
 	}
 	var out []string
 	for {
-		line, err := a.r.ReadString('\n')
+		line, err := tc.r.ReadString('\n')
 		if err != nil {
 			return "", err
 		}
 		line = strings.TrimSuffix(line, "\r\n")
 		switch f := strings.Fields(line); {
 		case strings.HasPrefix(line, "VA "):
-			data, err := a.r.ReadString('\n')
+			data, err := tc.r.ReadString('\n')
 			if err != nil {
 				return "", err
 			}
 			return line + "|" + strings.TrimSuffix(data, "\r\n"), nil
 		case len(f) >= 4 && f[0] == "VALUE":
-			data, err := a.r.ReadString('\n')
+			data, err := tc.r.ReadString('\n')
 			if err != nil {
 				return "", err
 			}
@@ -84,26 +69,19 @@ func (a *answerConn) text(cmd string) (string, error) {
 }
 
 // binIncr is a binary incr by 1 that creates a missing key with 100: its status and value.
-func (a *answerConn) binIncr(key string) (string, error) {
+func (tc *textClient) binIncr(key string) (string, error) {
 	req := protocol.Request{Op: protocol.OpIncr, Binary: true, Key: []byte(key), Delta: 1, Initial: 100, Create: true}
-	_ = a.c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := a.c.Write(protocol.AppendBinaryRequest(nil, &req)); err != nil {
+	_ = tc.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := tc.c.Write(protocol.AppendBinaryRequest(nil, &req)); err != nil {
 		return "", err
 	}
 	var h protocol.BinaryResponseHeader
 	var resp protocol.Response
-	if err := protocol.ReadBinaryResponse(a.r, protocol.DefaultLimits(), &h, &resp); err != nil {
+	if err := protocol.ReadBinaryResponse(tc.r, protocol.DefaultLimits(), &h, &resp); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("status %d %x", h.Status, resp.Value), nil
 }
-
-// gets is the value and cas unique of key, "" for a miss.
-func (a *answerConn) gets(key string) (string, uint64, error) {
-	return replicaGets(&textClient{c: a.c, r: a.r}, key)
-}
-
-func (a *answerConn) Close() { a.c.Close() }
 
 // restartRun is one run: clients × keys of each kind × rounds, the victim killed when a
 // third of the operations are done and restarted after hold (0: at once).
@@ -157,10 +135,10 @@ func (run restartRun) test(t *testing.T) {
 		var c restartClient
 		var err error
 		for _, p := range []struct {
-			conn **answerConn
+			conn **textClient
 			addr string
 		}{{&c.moxi, moxi.addr}, {&c.ref, ref.Addr}, {&c.moxiBin, moxi.addr}, {&c.refBin, ref.Addr}} {
-			if *p.conn, err = dialAnswers(p.addr); err != nil {
+			if *p.conn, err = dialText(p.addr); err != nil {
 				t.Fatal(err)
 			}
 			defer (*p.conn).Close()
@@ -170,8 +148,8 @@ func (run restartRun) test(t *testing.T) {
 			for i := range run.keys {
 				k, v := keyOf(kind, w, i), initial[kind]
 				cmd := fmt.Sprintf("set %s 0 0 %d\r\n%s\r\n", k, len(v), v)
-				for _, conn := range []*answerConn{c.moxi, c.ref} {
-					if ans, err := conn.text(cmd); err != nil || ans != "STORED" {
+				for _, conn := range []*textClient{c.moxi, c.ref} {
+					if ans, err := conn.whole(cmd); err != nil || ans != "STORED" {
 						t.Fatalf("%s: %q %v", cmd, ans, err)
 					}
 				}
@@ -182,8 +160,8 @@ func (run restartRun) test(t *testing.T) {
 		wg.Go(func() {
 			excuses := 0
 			both := func(key, cmd string) {
-				got, err1 := c.moxi.text(cmd)
-				want, err2 := c.ref.text(cmd)
+				got, err1 := c.moxi.whole(cmd)
+				want, err2 := c.ref.whole(cmd)
 				if err1 != nil || err2 != nil {
 					differ(key, cmd, fmt.Sprint(got, err1), fmt.Sprint(want, err2))
 					return
@@ -262,7 +240,7 @@ func (run restartRun) test(t *testing.T) {
 	}
 	mcs[victim].Restart(t)
 	restartedAt.Store(time.Now().UnixNano())
-	stats, err := dialAnswers(moxi.addr)
+	stats, err := dialText(moxi.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,8 +314,8 @@ func (run restartRun) test(t *testing.T) {
 // restart (the restarted server numbers cas uniques anew).
 func (run restartRun) casRound(c *restartClient, k string, restartedAt *atomic.Int64, differ func(key, what, got, want string), excused func(string) bool) {
 	readAt := time.Now().UnixNano()
-	v, cas, err1 := c.moxi.gets(k)
-	refV, refCas, err2 := c.ref.gets(k)
+	v, cas, err1 := replicaGets(c.moxi, k)
+	refV, refCas, err2 := replicaGets(c.ref, k)
 	if err1 != nil || err2 != nil || v != refV {
 		if err1 == nil && excused(v) {
 			return
@@ -346,7 +324,7 @@ func (run restartRun) casRound(c *restartClient, k string, restartedAt *atomic.I
 		return
 	}
 	next := v + "c"
-	got, err := c.moxi.text(fmt.Sprintf("cas %s 0 0 %d %d\r\n%s\r\n", k, len(next), cas, next))
+	got, err := c.moxi.whole(fmt.Sprintf("cas %s 0 0 %d %d\r\n%s\r\n", k, len(next), cas, next))
 	switch {
 	case err != nil:
 		differ(k, "cas", err.Error(), "STORED")
@@ -359,7 +337,7 @@ func (run restartRun) casRound(c *restartClient, k string, restartedAt *atomic.I
 		}
 		return
 	}
-	if want, err := c.ref.text(fmt.Sprintf("cas %s 0 0 %d %d\r\n%s\r\n", k, len(next), refCas, next)); err != nil || want != "STORED" {
+	if want, err := c.ref.whole(fmt.Sprintf("cas %s 0 0 %d %d\r\n%s\r\n", k, len(next), refCas, next)); err != nil || want != "STORED" {
 		differ(k, "cas on memcached", "STORED", fmt.Sprint(want, err))
 	}
 }

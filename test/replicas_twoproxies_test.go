@@ -119,7 +119,7 @@ func pauseTwoProxies(t *testing.T, quorum string) {
 	}
 	resumedAt.Store(time.Now().UnixNano())
 	// A's cleanup of the victim has run once A reports it up and owing nothing.
-	stats, err := dialAnswers(a.addr)
+	stats, err := dialText(a.addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,8 @@ type options struct {
 	check      bool
 	version    bool
 	pprof      bool
-	twemproxy  string // --from-twemproxy: a nutcracker.yml to print as moxi config
+	twemproxy  string  // --from-twemproxy: a nutcracker.yml to print as moxi config
+	zone       *string // the zone: --zone or MOXI_ZONE, else the first config's (override pins it)
 }
 
 // usageHead and usageExamples frame the flags in --help.
@@ -110,6 +111,8 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin address")
 	fs.StringVar(&o.twemproxy, "from-twemproxy", "", "print the moxi config equivalent to a twemproxy nutcracker.yml `file` and exit")
+	var zone string
+	fs.StringVar(&zone, "zone", "", "this proxy's availability `zone`, overrides MOXI_ZONE and the config's zone")
 	if err := fs.Parse(args); err != nil {
 		return nil, fs, err
 	}
@@ -122,13 +125,26 @@ func parseFlags(args []string) (*options, *flag.FlagSet, error) {
 			o.listen = &listen
 		case "admin":
 			o.admin = &admin
+		case "zone":
+			o.zone = &zone
 		}
 	})
+	if z, ok := os.LookupEnv("MOXI_ZONE"); ok && o.zone == nil {
+		o.zone = &z
+	}
 	return o, fs, nil
 }
 
-// override applies the address flags to a loaded config.
+// override applies the address flags to a loaded config, and pins its zone: --zone, else
+// MOXI_ZONE, else the zone of the file moxi started with, which a reload does not change.
 func (o *options) override(cfg *config.Config) error {
+	if o.zone == nil {
+		z := cfg.Zone
+		o.zone = &z
+	} else if err := config.CheckZoneName(*o.zone); err != nil {
+		return fmt.Errorf("--zone (or MOXI_ZONE): %w", err)
+	}
+	cfg.Zone = *o.zone
 	if o.listen != nil {
 		addr, err := config.ListenAddr(*o.listen)
 		if err != nil {

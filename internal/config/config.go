@@ -42,8 +42,11 @@ type Config struct {
 	AdminToken      []byte        // AdminTokenFile's content, surrounding white space removed, as LoadAdminToken read it; nil before and without a file
 	AdminTokenLine  int           // of admin_token_file in the file, for messages; 0 when not from a file
 	ShutdownTimeout time.Duration // bound on draining in-flight requests at exit
-	Limits          Limits
-	WatchConfig     bool // reload when the file changes
+	// Zone is this proxy's availability zone: the zone a pool with Zones reads first. The
+	// process keeps the zone it started with (--zone, then MOXI_ZONE, then this key).
+	Zone        string
+	Limits      Limits
+	WatchConfig bool // reload when the file changes
 	// ApplyAt, when set, is when a reload of this file puts it in service (every proxy of a
 	// tier at once) instead of at the reload; zero: at once.
 	ApplyAt time.Time
@@ -131,7 +134,10 @@ type Pool struct {
 	Distribution string   // one of pool.Distributions(): ketama | jump | modula
 	Hash         string   // one of hashkit.Names(), twemproxy's hash names, e.g. md5, fnv1a_64
 	HashTag      string   // twemproxy's hash_tag: "" or two characters around the part of a key that is hashed
-	Servers      []Server // in file order; nil for an embedded pool
+	Servers      []Server // in file order; nil for an embedded pool; with Zones, every zone's, zone by zone
+	// Zones, when set, are the pool's zones in listed order: a full copy of the pool in
+	// each, a ring of its own (the Servers whose Zone it is). nil: no zones.
+	Zones []string
 
 	Connections    int           // persistent connections per server
 	ConnectTimeout time.Duration // per dial
@@ -185,12 +191,23 @@ type Listener struct {
 // again every Interval (package discover). Parse leaves the pool's Servers empty; moxi
 // fills them from the answers before a config is built.
 type Discover struct {
-	DNS         string        // the name: its A/AAAA records, or with SRV its SRV records
-	Port        int           // the port of A/AAAA servers
-	SRV         bool          // SRV records: ring name = target host name, weight = SRV weight
-	Interval    time.Duration // how often the name is resolved again
-	RemoveAfter time.Duration // a server missing from the answers is removed only after this long
-	Resolver    string        // host:port of the DNS server to ask; "" = the system's resolver
+	DNS string // the name: its A/AAAA records, or with SRV its SRV records; "" with ConfigEndpoint
+	// ConfigEndpoint, instead of DNS, is the host:port of an ElastiCache or Memorystore
+	// configuration endpoint, asked "config get cluster": its nodes are the servers.
+	ConfigEndpoint string
+	Port           int           // the port of A/AAAA servers
+	SRV            bool          // SRV records: ring name = target host name, weight = SRV weight
+	Interval       time.Duration // how often the name is resolved again
+	RemoveAfter    time.Duration // a server missing from the answers is removed only after this long
+	Resolver       string        // host:port of the DNS server to ask; "" = the system's resolver
+}
+
+// Source is what d follows, for messages: its DNS name, or its configuration endpoint.
+func (d *Discover) Source() string {
+	if d.ConfigEndpoint != "" {
+		return "config_endpoint " + d.ConfigEndpoint
+	}
+	return "dns " + d.DNS
 }
 
 // TLS is the tls section: TLS on listen, and then only TLS there.
@@ -226,6 +243,7 @@ type Server struct {
 	Weight      int       // at least 1
 	MigrateFrom string    // host:port this slot's data is being moved from, or ""
 	MigrateAt   time.Time // when every proxy of a tier switches the slot to the new server; zero: at the reload
+	Zone        string    // the zone it is in (Pool.Zones), or ""
 	Line        int       // line of the entry in the file, for messages; 0 when not from a file
 }
 

@@ -121,6 +121,14 @@ func (d *differ) change(prefix, key string, a, b any, note string) {
 	}
 }
 
+// zonesLabel is a pool's zones in listed order, "none" without.
+func zonesLabel(zones []string) string {
+	if len(zones) == 0 {
+		return "none"
+	}
+	return "[" + strings.Join(zones, ", ") + "]"
+}
+
 // pools reports pools added and changed in next's order, then those removed in prev's.
 func (d *differ) pools(prev, next *Config) {
 	for _, np := range next.Pools {
@@ -143,6 +151,7 @@ func (d *differ) pool(prefix string, a, b *Pool) {
 	d.change(prefix, "hash", a.Hash, b.Hash, "")
 	d.change(prefix, "hash_tag", quoteEmpty(a.HashTag), quoteEmpty(b.HashTag), "")
 	d.change(prefix, "discover", discoverLine(a.Discover), discoverLine(b.Discover), restartNote)
+	d.change(prefix, "zones", zonesLabel(a.Zones), zonesLabel(b.Zones), "")
 	d.servers(prefix, a.Servers, b.Servers)
 	d.change(prefix, "connections", a.Connections, b.Connections, "")
 	d.change(prefix, "connect_timeout", a.ConnectTimeout, b.ConnectTimeout, "")
@@ -252,6 +261,9 @@ func discoverLine(dc *Discover) string {
 	if dc == nil {
 		return "off"
 	}
+	if dc.ConfigEndpoint != "" {
+		return fmt.Sprintf("config endpoint %s every %s", dc.ConfigEndpoint, dc.Interval)
+	}
 	kind := "A/AAAA"
 	if dc.SRV {
 		kind = "SRV"
@@ -272,24 +284,24 @@ func (d *differ) servers(prefix string, prev, next []Server) {
 	byName := func(ss []Server) map[string]Server {
 		m := make(map[string]Server, len(ss))
 		for _, s := range ss {
-			m[s.RingName()] = s
+			m[s.MemberName()] = s
 		}
 		return m
 	}
 	was, is := byName(prev), byName(next)
 	var added, removed, keptBefore, keptAfter []string
 	for _, s := range prev {
-		if _, ok := is[s.RingName()]; !ok {
+		if _, ok := is[s.MemberName()]; !ok {
 			removed = append(removed, serverLabel(s))
 		} else {
-			keptBefore = append(keptBefore, s.RingName())
+			keptBefore = append(keptBefore, s.MemberName())
 		}
 	}
 	for _, s := range next {
-		if _, ok := was[s.RingName()]; !ok {
+		if _, ok := was[s.MemberName()]; !ok {
 			added = append(added, serverLabel(s))
 		} else {
-			keptAfter = append(keptAfter, s.RingName())
+			keptAfter = append(keptAfter, s.MemberName())
 		}
 	}
 	if len(added) > 0 {
@@ -299,7 +311,7 @@ func (d *differ) servers(prefix string, prev, next []Server) {
 		d.add("%sservers removed: %s", prefix, strings.Join(removed, ", "))
 	}
 	for _, s := range next {
-		p, ok := was[s.RingName()]
+		p, ok := was[s.MemberName()]
 		if !ok {
 			continue
 		}

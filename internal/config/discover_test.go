@@ -28,7 +28,13 @@ func TestDiscover(t *testing.T) {
 	}
 
 	for _, tt := range []struct{ name, src, want string }{
-		{"no dns", "pools:\n  p:\n    discover: {port: 1}\n", "m.yaml:3: pools.p.discover.dns: required: the name whose records are this pool's servers"},
+		{"no dns", "pools:\n  p:\n    discover: {port: 1}\n", "m.yaml:3: pools.p.discover.dns: required: the name whose records are this pool's servers (or config_endpoint)"},
+		{"dns and a config endpoint", "pools:\n  p:\n    discover: {dns: a.test, config_endpoint: \"c.test:11211\"}\n",
+			"m.yaml:3: pools.p.discover.config_endpoint: is instead of dns: give one"},
+		{"a config endpoint with srv", "pools:\n  p:\n    discover: {config_endpoint: \"c.test:11211\", srv: true}\n",
+			"m.yaml:3: pools.p.discover.srv: not with config_endpoint: with dns only"},
+		{"a config endpoint without a port", "pools:\n  p:\n    discover: {config_endpoint: c.test}\n",
+			`m.yaml:3: pools.p.discover.config_endpoint: bad address "c.test": want the host:port of a configuration endpoint`},
 		{"with servers", "pools:\n  p:\n    servers: [\"h:1\"]\n    discover: {dns: mc.test}\n",
 			"m.yaml:4: pools.p.discover: is instead of servers and embedded: give one of the three"},
 		{"bad resolver", "pools:\n  p:\n    discover: {dns: mc.test, resolver: nope}\n",

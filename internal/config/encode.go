@@ -36,6 +36,9 @@ func (c *Config) YAML() ([]byte, error) {
 		put(root, "admin_token_file", strNode(c.AdminTokenFile))
 	}
 	put(root, "shutdown_timeout", durNode(c.ShutdownTimeout))
+	if c.Zone != "" {
+		put(root, "zone", strNode(c.Zone))
+	}
 	limits := mapNode()
 	put(limits, "max_connections", intNode(c.Limits.MaxConnections))
 	put(limits, "max_key_bytes", intNode(c.Limits.MaxKeyBytes))
@@ -131,7 +134,22 @@ func poolNode(p *Pool) *yaml.Node {
 	if p.HashTag != "" {
 		put(m, "hash_tag", strNode(p.HashTag))
 	}
-	if len(p.Servers) > 0 && p.Discover == nil {
+	switch {
+	case len(p.Zones) > 0:
+		zones := &yaml.Node{Kind: yaml.SequenceNode}
+		for _, z := range p.Zones {
+			zm, servers := mapNode(), &yaml.Node{Kind: yaml.SequenceNode}
+			for _, s := range p.Servers {
+				if s.Zone == z {
+					servers.Content = append(servers.Content, serverNode(s))
+				}
+			}
+			put(zm, "name", strNode(z))
+			put(zm, "servers", servers)
+			zones.Content = append(zones.Content, zm)
+		}
+		put(m, "zones", zones)
+	case len(p.Servers) > 0 && p.Discover == nil:
 		servers := &yaml.Node{Kind: yaml.SequenceNode}
 		for _, s := range p.Servers {
 			servers.Content = append(servers.Content, serverNode(s))
@@ -174,7 +192,12 @@ func poolNode(p *Pool) *yaml.Node {
 	if p.WarmFrom != "" {
 		put(m, "warm_from", strNode(p.WarmFrom))
 	}
-	if dc := p.Discover; dc != nil {
+	if dc := p.Discover; dc != nil && dc.ConfigEndpoint != "" {
+		dm := mapNode()
+		put(dm, "config_endpoint", strNode(dc.ConfigEndpoint))
+		put(dm, "interval", durNode(dc.Interval))
+		put(m, "discover", dm)
+	} else if dc != nil {
 		dm := mapNode()
 		put(dm, "dns", strNode(dc.DNS))
 		put(dm, "port", intNode(dc.Port))

@@ -184,6 +184,7 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 			}
 		},
 		"shutdown_timeout": d.duration(&c.ShutdownTimeout, false),
+		"zone":             d.zoneName(&c.Zone, true),
 		"limits": func(v *yaml.Node, path string) {
 			d.mapping(v, path, map[string]field{
 				"max_connections":   d.integer(&c.Limits.MaxConnections, 1, math.MaxInt),
@@ -446,6 +447,7 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml
 		"warm_from":          d.str(&p.WarmFrom),
 		"shadow":             func(v *yaml.Node, path string) { p.Shadow = d.shadow(v, path) },
 		"discover":           func(v *yaml.Node, path string) { p.Discover = d.discover(v, path) },
+		"zones":              func(v *yaml.Node, path string) { d.zones(p, v, path) },
 	})
 	if p.DeadBackoffMax < p.DeadBackoff {
 		at, n := "dead_backoff_max", seen["dead_backoff_max"]
@@ -458,9 +460,16 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml
 	// servers: [] counts as none; a list whose entries all failed has already been reported.
 	sv := seen["servers"]
 	hasServers := sv != nil && !isNull(sv) && (sv.Kind != yaml.SequenceNode || len(sv.Content) > 0)
+	zv := seen["zones"]
 	switch {
-	case d.bad[seen["embedded"]] || d.bad[seen["discover"]]:
+	case d.bad[seen["embedded"]] || d.bad[seen["discover"]] || d.bad[zv]:
 		// Already reported; whether the pool has shards or discovers its servers is unknown.
+	case zv != nil && (hasServers || p.Embedded > 0 || p.Discover != nil):
+		d.fail(zv, join(path, "zones"), "is instead of servers, embedded and discover: each zone lists its own servers")
+	case zv != nil && p.Replicas > 1:
+		d.fail(seen["replicas"], join(path, "replicas"), "not with zones: a pool with zones keeps one copy of each key in each zone")
+	case zv != nil:
+		// The zones' servers are the pool's: checked by zones.
 	case hasServers && p.Embedded > 0:
 		d.fail(seen["embedded"], path, "has both servers and embedded; give one")
 	case p.Discover != nil && (hasServers || p.Embedded > 0):
@@ -528,7 +537,18 @@ func (d *decoder) discover(v *yaml.Node, path string) *Discover {
 	disc := &Discover{Port: defaultDiscoverPort, Interval: defaultDiscoverInterval, RemoveAfter: defaultRemoveAfter}
 	n := len(d.errs) + d.dropped
 	seen := d.mapping(v, path, map[string]field{
-		"dns":          d.str(&disc.DNS),
+		"dns": d.str(&disc.DNS),
+		"config_endpoint": func(v *yaml.Node, path string) {
+			if !d.scalar(v, path) || v.Value == "" {
+				return
+			}
+			a, ok := canonAddr(v.Value, false)
+			if !ok {
+				d.fail(v, path, "bad address %q: want the host:port of a configuration endpoint", v.Value)
+				return
+			}
+			disc.ConfigEndpoint = a
+		},
 		"port":         d.integer(&disc.Port, 1, 65535),
 		"srv":          d.boolean(&disc.SRV),
 		"interval":     d.duration(&disc.Interval, true),
@@ -549,12 +569,26 @@ func (d *decoder) discover(v *yaml.Node, path string) *Discover {
 		d.bad[v] = true
 		return nil
 	}
-	if disc.DNS == "" {
+	switch {
+	case disc.DNS != "" && disc.ConfigEndpoint != "":
+		d.fail(seen["config_endpoint"], join(path, "config_endpoint"), "is instead of dns: give one")
+	case disc.ConfigEndpoint != "":
+		// The endpoint's answer is the cluster: its nodes' ports, no DNS server, and a node
+		// it no longer lists is gone at once.
+		for _, key := range []string{"port", "srv", "resolver", "remove_after"} {
+			if n := seen[key]; n != nil {
+				d.fail(n, join(path, key), "not with config_endpoint: with dns only")
+			}
+		}
+		disc.RemoveAfter = 0
+	case disc.DNS == "":
 		at := seen["dns"]
 		if at == nil {
 			at = v
 		}
-		d.fail(at, join(path, "dns"), "required: the name whose records are this pool's servers")
+		d.fail(at, join(path, "dns"), "required: the name whose records are this pool's servers (or config_endpoint)")
+	}
+	if len(d.errs)+d.dropped != n {
 		d.bad[v] = true
 		return nil
 	}

@@ -43,6 +43,15 @@ func (s Server) RingName() string {
 	return ketama.ServerName(s.Addr)
 }
 
+// MemberName is the server's name in the pool, as metrics, /servers and stats proxy show
+// it: its ring name, after its zone's and a slash when it is in one ("us-east-1a/s0").
+func (s Server) MemberName() string {
+	if s.Zone != "" {
+		return s.Zone + "/" + s.RingName()
+	}
+	return s.RingName()
+}
+
 // badAddr says why s is not a server address. twemproxy writes an IPv6 host bare
 // ("::1:11211:1"), which is ambiguous once the weight is optional, so moxi wants brackets
 // and says so to someone carrying such a file over.

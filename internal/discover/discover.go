@@ -1,6 +1,7 @@
-// Package discover follows the DNS names of the pools whose servers come from DNS
-// (pools.*.discover): it asks each name again every interval and turns the answers into
-// the pool's server list, which moxi applies as a reload with that list would be.
+// Package discover follows the pools whose servers come from DNS or from a configuration
+// endpoint (pools.*.discover): it asks each name or endpoint again every interval and turns
+// the answers into the pool's server list, which moxi applies as a reload with that list
+// would be.
 //
 // A/AAAA records give one server per address, at the section's port. SRV records give one
 // per target, at the record's port, with the target host name as ring name and the record's
@@ -9,8 +10,11 @@
 // blinks out of a Service's answers does not move keys twice. An empty, failed or
 // timed-out answer keeps the list: DNS trouble never empties a pool.
 //
-// clusterconfig.go reads and writes the node lists of ElastiCache's and Memorystore's
-// configuration endpoints ("config get cluster"), for pools discovered through one.
+// A configuration endpoint (ElastiCache, Memorystore) answers "config get cluster" with a
+// version and the cluster's nodes (clusterconfig.go, endpoint.go): each node a server named
+// by its host name and dialed at its IP address. An answer older than the list in service
+// is ignored, and a node the endpoint no longer lists is removed at once: the endpoint's
+// list is the cluster.
 package discover
 
 import (
@@ -51,6 +55,7 @@ type pool struct {
 	resolver *net.Resolver
 
 	mu       sync.Mutex
+	version  int64 // a configuration endpoint's: the version of the list in service
 	answered bool
 	servers  []config.Server      // in service, ordered by ring name
 	missing  map[string]time.Time // ring name -> since when the answers lack it
@@ -170,23 +175,38 @@ func (s *Set) follow(ctx context.Context, p *pool) {
 func (s *Set) poll(ctx context.Context, p *pool) bool {
 	ctx, cancel := context.WithTimeout(ctx, min(p.opts.Interval, maxWait))
 	defer cancel()
-	found, err := Lookup(ctx, p.resolver, p.opts)
+	var found []config.Server
+	var version int64
+	var err error
+	if p.opts.ConfigEndpoint != "" {
+		var cc ClusterConfig
+		if cc, err = AskClusterConfig(ctx, p.opts.ConfigEndpoint); err == nil {
+			version = cc.Version
+			found, err = clusterServers(cc)
+		}
+	} else {
+		found, err = Lookup(ctx, p.resolver, p.opts)
+	}
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 		return false // shutting down
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err == nil && version < p.version {
+		return false // an older answer (another node of the endpoint, behind): the newer stands
+	}
+	p.version = max(p.version, version)
 	if err != nil {
 		s.errors.WithLabelValues(p.name).Inc()
 		if state := err.Error(); state != p.failing {
 			p.failing = state
-			s.logger.Warn("discovery: DNS gave no servers; the pool keeps its list", "pool", p.name, "dns", p.opts.DNS, "err", err, "servers", len(p.servers))
+			s.logger.Warn("discovery gave no servers; the pool keeps its list", "pool", p.name, "source", p.opts.Source(), "err", err, "servers", len(p.servers))
 		}
 		return false
 	}
 	if p.failing != "" {
 		p.failing = ""
-		s.logger.Info("discovery: DNS answers again", "pool", p.name, "dns", p.opts.DNS, "servers", len(found))
+		s.logger.Info("discovery answers again", "pool", p.name, "source", p.opts.Source(), "servers", len(found))
 	}
 	next := p.merge(found, s.now())
 	first := !p.answered

@@ -2,13 +2,15 @@ package pool
 
 import (
 	"slices"
-
-	"github.com/moxi-proxy/moxi/internal/ketama"
 )
 
 // Move is a pair of servers between which keys move when a pool's servers change: some key
 // that the server at address From owned before is owned by the server at To now.
 type Move struct{ From, To string }
+
+// pointed is a placement whose ownership is constant between consecutive points: a ketama
+// ring, or zones of ketama rings.
+type pointed interface{ Points() []uint32 }
 
 // MovedFrom lists the moves from before, the pool's placement before a change of its
 // servers, to p: every pair (before's owner, p's owner) of two ring slots — members of
@@ -25,8 +27,11 @@ func (p *Pool) MovedFrom(before *Pool) []Move {
 			out = append(out, m)
 		}
 	}
-	old, oldRing := before.picker.(*ketama.Ring)
-	cur, curRing := p.picker.(*ketama.Ring)
+	old, oldRing := before.picker.(pointed)
+	cur, curRing := p.picker.(pointed)
+	if oldRing && curRing && (old.Points() == nil || cur.Points() == nil) {
+		oldRing, curRing = false, false // zones of another distribution than ketama
+	}
 	if !oldRing || !curRing || before.opts.Hash != p.opts.Hash || before.opts.HashTag != p.opts.HashTag {
 		for i := range before.members {
 			for j := range p.members {

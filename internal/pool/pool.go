@@ -23,6 +23,8 @@ type Member struct {
 	// Base is the server itself, under whatever is composed around it: its identity, which
 	// outlives reloads (StandIns remembers keys by it). New sets it to Server when nil.
 	Base Server
+	// Zone is the member's zone (Options.Zones), or "": then Name is "<Zone>/<ring name>".
+	Zone string
 }
 
 // EmbeddedAddr is the address of a pool's in-process shard i: unique within its pool only.
@@ -54,6 +56,9 @@ type Options struct {
 	// Replicas > 1 places each key on that many members (ReplicaSetOf); package replica
 	// sends its requests to them.
 	Replicas int
+	// Zones, when set, places each key on one member in each zone (zones.go): as many
+	// replicas as zones.
+	Zones []string
 	// Debts are the servers that owe a cleanup before they serve their keys again (package
 	// failover's StandIns); nil: none ever does.
 	Debts Debts
@@ -79,6 +84,7 @@ type Pool struct {
 	members []Member
 	hash    hashkit.Func
 	picker  picker
+	zoned   *zonePicker           // the picker, with zones; nil without
 	alive   func(member int) bool // Serving, made once so that lookups do not allocate
 }
 
@@ -112,7 +118,17 @@ func New(name string, opts Options, members []Member) (*Pool, error) {
 	}
 	p := &Pool{name: name, opts: opts, members: members, hash: h}
 	p.alive = p.Serving
-	pk, err := newPicker(opts.Distribution, nodes)
+	var pk picker
+	var err error
+	if len(opts.Zones) > 0 {
+		if len(opts.Zones) > MaxReplicas || opts.Replicas > 1 {
+			return nil, fmt.Errorf("pool %s: %d zones and %d replicas: at most %d zones, and not with replicas", name, len(opts.Zones), opts.Replicas, MaxReplicas)
+		}
+		p.zoned, err = newZonePicker(opts.Distribution, opts.Zones, members)
+		pk = p.zoned
+	} else {
+		pk, err = newPicker(opts.Distribution, nodes)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", name, err)
 	}

@@ -26,6 +26,9 @@ func (p *Pool) ReplicaSetOf(key []byte) ReplicaSet { return p.replicasAt(p.hashO
 
 // replicasAt is ReplicaSetOf a key of hash h; a pool without replicas gives the owner alone.
 func (p *Pool) replicasAt(h uint32) ReplicaSet {
+	if p.zoned != nil {
+		return p.zoned.set(h)
+	}
 	var s ReplicaSet
 	n := min(p.opts.Replicas, len(p.members), MaxReplicas)
 	s.Idx[0], s.N = p.picker.Pick(h), 1
@@ -54,7 +57,12 @@ func (p *Pool) firstServing(key []byte) int {
 }
 
 // Replicas is the number of members that hold each key: 1 for a pool without replication.
-func (p *Pool) Replicas() int { return max(1, min(p.opts.Replicas, len(p.members))) }
+func (p *Pool) Replicas() int {
+	if p.zoned != nil {
+		return len(p.opts.Zones)
+	}
+	return max(1, min(p.opts.Replicas, len(p.members)))
+}
 
 // ReplicasOf is the indexes of the members that hold key, in ring order.
 func (p *Pool) ReplicasOf(key []byte) []int {

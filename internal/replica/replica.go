@@ -60,7 +60,20 @@ type Options struct {
 	StandIns    *failover.StandIns  // where away replicas' keys are remembered; nil: nowhere
 	Background  *semaphore.Weighted // max_background_bytes of replica writes after their answer; nil: none
 	Repaired    func()              // called for each copy a read makes to a replica that missed
+	// LocalZone is, in a pool with zones, the index of this proxy's zone: reads ask it
+	// first. -1 (or no zones): the listed order.
+	LocalZone int
+	// ZoneRead, in a pool with zones, is told of each key a read answered: the zone and
+	// ZoneLocal, ZoneRemote or ZoneMiss. nil: nothing is counted.
+	ZoneRead func(zone, result string)
 }
+
+// The results of a pool with zones' reads (moxi_zone_reads_total).
+const (
+	ZoneLocal  = "local"  // a hit in this proxy's zone
+	ZoneRemote = "remote" // a hit in another zone
+	ZoneMiss   = "miss"   // a miss in every zone asked
+)
 
 // Wrap wraps each member's server of pl (servers[i], what is under this layer) in a
 // replica, when pl keeps more than one copy of a key; it returns servers unchanged
@@ -74,7 +87,7 @@ func Wrap(pl *pool.Pool, opts Options, servers []pool.Server) []pool.Server {
 	}
 	wrapped := make([]pool.Server, len(servers))
 	for i := range servers {
-		wrapped[i] = &replica{pool: pl, self: i, direct: servers, opts: &opts}
+		wrapped[i] = &replica{pool: pl, self: i, direct: servers, opts: &opts, zones: len(pl.Zones()) > 0}
 	}
 	return wrapped
 }
@@ -86,6 +99,7 @@ type replica struct {
 	self   int           // the member's index
 	direct []pool.Server // every member's server under the replica: where requests are sent
 	opts   *Options
+	zones  bool // the pool has zones: reads ask opts.LocalZone first
 }
 
 var _ pool.Server = (*replica)(nil)
@@ -631,13 +645,42 @@ func (r *replica) serving(key []byte) pool.ReplicaSet {
 // only the first.
 func (r *replica) readOrder(key []byte, firstOnly bool) pool.ReplicaSet {
 	s := r.serving(key)
-	if firstOnly {
+	switch {
+	case firstOnly:
 		s.N = min(s.N, 1)
-	} else if s.N > 1 && r.opts.ReadFrom == ReadRandom {
+	case s.N < 2:
+	case r.zones:
+		// This proxy's zone first, the others in listed order.
+		for j, i := range s.Idx[:s.N] {
+			if r.pool.ZoneOf(i) == r.opts.LocalZone {
+				copy(s.Idx[1:j+1], s.Idx[:j])
+				s.Idx[0] = i
+				break
+			}
+		}
+	case r.opts.ReadFrom == ReadRandom:
 		j := rand.IntN(s.N)
 		s.Idx[0], s.Idx[j] = s.Idx[j], s.Idx[0]
 	}
 	return s
+}
+
+// zoneRead counts a key a read of a pool with zones answered: a hit from member i, or a
+// miss (i < 0).
+func (r *replica) zoneRead(i int) {
+	if !r.zones || r.opts.ZoneRead == nil {
+		return
+	}
+	zones := r.pool.Zones()
+	local := max(r.opts.LocalZone, 0)
+	switch z := local; {
+	case i < 0:
+		r.opts.ZoneRead(zones[z], ZoneMiss)
+	case r.pool.ZoneOf(i) == local:
+		r.opts.ZoneRead(zones[z], ZoneLocal)
+	default:
+		r.opts.ZoneRead(zones[r.pool.ZoneOf(i)], ZoneRemote)
+	}
 }
 
 // read answers a retrieval of one or more keys: one batch per server per round, the keys
@@ -746,6 +789,16 @@ func (r *replica) read(ctx context.Context, order *turn.Turn, req *protocol.Requ
 			resps[k] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "no replica of the key answered", Key: req.Keys[k]}
 		}
 	}
+	if r.zones {
+		for k := range n {
+			switch {
+			case answered[k] && resps[k].Status == protocol.StatusOK:
+				r.zoneRead(orders[k].Idx[tried[k]-1])
+			case answered[k]:
+				r.zoneRead(-1)
+			}
+		}
+	}
 	for _, k := range repairs {
 		gatExptime := int64(-1)
 		if req.Op == protocol.OpGat || req.Op == protocol.OpGats {
@@ -834,6 +887,7 @@ func (r *replica) metaGet(ctx context.Context, order *turn.Turn, req *protocol.R
 			missed = append(missed, s)
 			continue
 		case protocol.MetaVA, protocol.MetaHD:
+			r.zoneRead(s)
 			if len(missed) > 0 {
 				r.repair(ctx, turnOf, req.Key, s, missed, epoch, -1)
 			}
@@ -841,6 +895,7 @@ func (r *replica) metaGet(ctx context.Context, order *turn.Turn, req *protocol.R
 		return nil
 	}
 	if len(missed) > 0 {
+		r.zoneRead(-1)
 		return nil // the last miss stands
 	}
 	return err

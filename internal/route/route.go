@@ -52,6 +52,7 @@ type Shared struct {
 	warmReads      *prometheus.CounterVec // moxi_warmup_reads_total{pool,result}
 	shadowRequests *prometheus.CounterVec // moxi_shadow_requests_total{pool,result}
 	replicaRepairs *prometheus.CounterVec // moxi_replica_repairs_total{pool}
+	zoneReads      *prometheus.CounterVec // moxi_zone_reads_total{pool,zone,result}
 }
 
 // Background is the max_background_bytes budget, which replica writes answered before
@@ -63,6 +64,12 @@ func (s *Shared) Background() *semaphore.Weighted { return s.background }
 func (s *Shared) ReplicaRepaired(pool string) func() {
 	c := s.replicaRepairs.WithLabelValues(pool)
 	return c.Inc
+}
+
+// ZoneRead is what a pool with zones calls for each key a read answers
+// (replica.Options.ZoneRead): it counts in moxi_zone_reads_total{pool,zone,result}.
+func (s *Shared) ZoneRead(pool string) func(zone, result string) {
+	return func(zone, result string) { s.zoneReads.WithLabelValues(pool, zone, result).Inc() }
 }
 
 // NewShared returns the shared state of a process's composed servers.
@@ -92,7 +99,11 @@ func NewShared(opts Options) *Shared {
 		Name: "moxi_replica_repairs_total",
 		Help: "Copies made to a replica that missed a key another replica held (pools with replicas), by pool.",
 	}, []string{"pool"})
-	reg.MustRegister(s.warmReads, s.shadowRequests, s.replicaRepairs,
+	s.zoneReads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moxi_zone_reads_total",
+		Help: "Keys read from a pool with zones, by pool, zone and result: local (a hit in this proxy's zone, the zone named), remote (a hit in another zone, the one named), miss (in every zone asked; the zone named is this proxy's).",
+	}, []string{"pool", "zone", "result"})
+	reg.MustRegister(s.warmReads, s.shadowRequests, s.replicaRepairs, s.zoneReads,
 		counter("moxi_backup_reads_total", "Keys that missed or failed on their pool and were asked of its backup pool.", b.Reads.Load),
 		counter("moxi_backup_hits_total", "Keys the backup pool answered with a value.", b.Hits.Load),
 		counter("moxi_backup_writes_total", "Writes copied to a backup pool.", b.Writes.Load),

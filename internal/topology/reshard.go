@@ -42,9 +42,9 @@ type reshardRun struct {
 // every key on the same server (address).
 func placementOf(pc *config.Pool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %q r%d", pc.Distribution, pc.Hash, pc.HashTag, pc.Replicas)
+	fmt.Fprintf(&b, "%s %s %q r%d z%q", pc.Distribution, pc.Hash, pc.HashTag, pc.Replicas, pc.Zones)
 	for _, s := range pc.Servers {
-		fmt.Fprintf(&b, " %s=%s*%d", s.RingName(), s.Addr, s.Weight)
+		fmt.Fprintf(&b, " %s=%s*%d", s.MemberName(), s.Addr, s.Weight)
 	}
 	return b.String()
 }
@@ -53,9 +53,9 @@ func placementOf(pc *config.Pool) string {
 func placementPool(pc *config.Pool) (*pool.Pool, error) {
 	members := make([]pool.Member, len(pc.Servers))
 	for i, s := range pc.Servers {
-		members[i] = pool.Member{Name: s.RingName(), Addr: s.Addr, Weight: s.Weight, Server: unconnected{}}
+		members[i] = pool.Member{Name: s.MemberName(), Addr: s.Addr, Weight: s.Weight, Zone: s.Zone, Server: unconnected{}}
 	}
-	return pool.New(pc.Name, pool.Options{Distribution: pc.Distribution, Hash: pc.Hash, HashTag: pc.HashTag, Replicas: pc.Replicas}, members)
+	return pool.New(pc.Name, pool.Options{Distribution: pc.Distribution, Hash: pc.Hash, HashTag: pc.HashTag, Replicas: pc.Replicas, Zones: pc.Zones}, members)
 }
 
 // reshardName is the name of a pool's n-th reshard.

@@ -4,6 +4,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -137,6 +138,7 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 			Failover:     pc.Failover,
 			Retries:      pc.Retries,
 			Replicas:     pc.Replicas,
+			Zones:        pc.Zones,
 			Debts:        b.standIns,
 		}, ms.members)
 		if err != nil {
@@ -157,9 +159,11 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 			Replica: replica.Options{
 				WriteQuorum: pc.WriteQuorum,
 				ReadFrom:    pc.ReadFrom,
+				LocalZone:   slices.Index(pc.Zones, cfg.Zone),
 				Writes:      &b.Features.Writes,
 				Background:  b.Features.Background(),
 				Repaired:    b.Features.ReplicaRepaired(pc.Name),
+				ZoneRead:    b.Features.ZoneRead(pc.Name),
 			},
 			Features: route.Features{Backup: byName[pc.Backup], WarmFrom: byName[pc.WarmFrom]},
 		}
@@ -233,7 +237,8 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) memb
 	if pc.Discover != nil && len(pc.Servers) == 0 {
 		// Its name has not answered yet (moxi waits for it before serving; --check does
 		// not ask): one member that says so.
-		return memberServers{members: []pool.Member{{Name: "undiscovered", Addr: "discover:" + pc.Discover.DNS, Weight: 1, Server: undiscovered(pc.Discover.DNS)}}}
+		what := cmp.Or(pc.Discover.DNS, pc.Discover.ConfigEndpoint)
+		return memberServers{members: []pool.Member{{Name: "undiscovered", Addr: "discover:" + what, Weight: 1, Server: undiscovered(what)}}}
 	}
 	var tlsConf *tls.Config
 	var tlsSum tlsfiles.Sum
@@ -252,7 +257,7 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) memb
 	}
 	for i, sc := range pc.Servers {
 		m := &ms.members[i]
-		m.Name, m.Addr, m.Weight = sc.RingName(), sc.Addr, sc.Weight
+		m.Name, m.Addr, m.Weight, m.Zone = sc.MemberName(), sc.Addr, sc.Weight, sc.Zone
 		remote := func(addr string) pool.Server {
 			key := serverKey{
 				pool: pc.Name, addr: addr, name: m.Name, embeddedIndex: -1,

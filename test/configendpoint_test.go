@@ -207,3 +207,53 @@ pools:
 		t.Errorf("%d of %d keys written before miss after the changes", missed, len(warm))
 	}
 }
+
+// TestZoneFromConfigEndpoint: a pool of two zones, a's servers listed, b's a cluster behind
+// a configuration endpoint (one endpoint, one zone): b's nodes are named in it, reads stay
+// in b, and a node added to b's cluster reshards zone b alone, warm.
+func TestZoneFromConfigEndpoint(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls: runs beside the other such tests
+	mcs := cluster(t, 3)
+	ep := startEndpoint(t)
+	ep.set(1, map[int]string{1: mcs[1].Addr})
+	admin := freeAddr(t)
+	moxi := startMoxi(t, "--config", writeConfig(t, fmt.Sprintf(`watch_config: false
+zone: b
+pools:
+  main:
+    timeout: 2s
+    zones:
+      - name: a
+        servers: [{name: a0, addr: %q}]
+      - name: b
+        discover: {config_endpoint: %q, interval: 200ms}
+`, mcs[0].Addr, ep.addr)), "--admin", admin)
+	waitServers(t, admin, "a/a0", "b/mc-1.test")
+	keys := make([]string, 500)
+	for i := range keys {
+		keys[i] = "ze:" + strconv.Itoa(i)
+	}
+	setKeys(t, moxi.addr, keys)
+	for i, mc := range mcs[:2] {
+		if n := len(replicaValues(t, mc.Addr, keys)); n != len(keys) {
+			t.Errorf("server %d (zone %s) holds %d of the %d keys", i, zoneNames[i], n, len(keys))
+		}
+	}
+	before := cmdGets(t, mcs[1].Addr)
+	if missed := misses(t, moxi.addr, keys); missed > 0 {
+		t.Errorf("%d keys miss", missed)
+	}
+	if got := cmdGets(t, mcs[1].Addr) - before; got < len(keys) {
+		t.Errorf("zone b's server answered %d of %d reads; want every one (the local zone)", got, len(keys))
+	}
+	ep.set(2, map[int]string{1: mcs[1].Addr, 2: mcs[2].Addr})
+	waitServers(t, admin, "a/a0", "b/mc-1.test", "b/mc-2.test")
+	m := waitReshard(t, admin, "b/reshard-1")
+	t.Logf("b/reshard-1: %d keys moved from %s to %s", m.KeysCopied, m.From, m.To)
+	if missed := misses(t, moxi.addr, keys); missed > 0 {
+		t.Errorf("%d keys miss after zone b's cluster grew", missed)
+	}
+	if n := len(replicaValues(t, mcs[0].Addr, keys)); n != len(keys) {
+		t.Errorf("zone a holds %d of the %d keys after zone b resharded", n, len(keys))
+	}
+}

@@ -2,6 +2,8 @@ package test
 
 import (
 	"fmt"
+	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -257,5 +259,47 @@ func TestZonesMemccapable(t *testing.T) {
 	t.Logf("memccapable through a pool of three zones: %d passed, %d failed", len(passed), len(failed))
 	if len(failed) > 0 || len(passed) != 54 {
 		t.Errorf("memccapable: %d/54 passed; failed: %s\nmoxi log:\n%s", len(passed), strings.Join(failed, ", "), tail(moxi.out.String(), 8<<10))
+	}
+}
+
+// TestZonesReshard: a server added to one zone moves keys within that zone only, warm: the
+// reshard's /migrations entry carries the zone, every key still hits, and the other zones'
+// servers keep every key they held.
+func TestZonesReshard(t *testing.T) {
+	all := cluster(t, 4)
+	as := addrs(all)
+	admin := freeAddr(t)
+	path := writeConfig(t, "watch_config: false\n"+zonesConfig("a", "", []string{as[0], as[1]}, []string{as[2]}))
+	moxi := startMoxi(t, "--config", path, "--admin", admin)
+	keys := make([]string, 2000)
+	for i := range keys {
+		keys[i] = "zr:" + strconv.Itoa(i)
+	}
+	fill(t, moxi.addr, "zr:", len(keys), 16)
+	onA := len(replicaValues(t, as[0], keys)) + len(replicaValues(t, as[1], keys))
+	if err := os.WriteFile(path, []byte("watch_config: false\n"+zonesConfig("a", "", []string{as[0], as[1]}, []string{as[2], as[3]})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := adminDo(t, "POST", "http://"+admin+"/reload", ""); code != http.StatusOK {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	m := waitReshard(t, admin, "b/reshard-1")
+	t.Logf("b/reshard-1: %d keys moved from %s to %s", m.KeysCopied, m.From, m.To)
+	if m.From != as[2] || m.To != as[3] || m.KeysCopied == 0 {
+		t.Errorf("b/reshard-1 %+v; want keys moved from %s to %s", m, as[2], as[3])
+	}
+	for _, e := range migrations(t, admin) {
+		if e.Name != "b/reshard-1" {
+			t.Errorf("/migrations lists %s beside b/reshard-1: %+v", e.Name, e)
+		}
+	}
+	if missed := misses(t, moxi.addr, keys); missed > 0 {
+		t.Errorf("%d of %d keys miss after zone b resharded", missed, len(keys))
+	}
+	if now := len(replicaValues(t, as[0], keys)) + len(replicaValues(t, as[1], keys)); now != onA || onA != len(keys) {
+		t.Errorf("zone a held %d keys before zone b resharded, %d after; want %d", onA, now, len(keys))
+	}
+	if b := len(replicaValues(t, as[2], keys)) + len(replicaValues(t, as[3], keys)); b != len(keys) {
+		t.Errorf("zone b holds %d of the %d keys after its reshard", b, len(keys))
 	}
 }

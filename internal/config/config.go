@@ -138,6 +138,9 @@ type Pool struct {
 	// Zones, when set, are the pool's zones in listed order: a full copy of the pool in
 	// each, a ring of its own (the Servers whose Zone it is). nil: no zones.
 	Zones []string
+	// ZoneDiscover are the zones whose servers come from discovery, by zone name: their
+	// Servers are those discovered (none before the first answer). nil: none.
+	ZoneDiscover map[string]*Discover
 
 	Connections    int           // persistent connections per server
 	ConnectTimeout time.Duration // per dial

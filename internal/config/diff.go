@@ -152,6 +152,9 @@ func (d *differ) pool(prefix string, a, b *Pool) {
 	d.change(prefix, "hash_tag", quoteEmpty(a.HashTag), quoteEmpty(b.HashTag), "")
 	d.change(prefix, "discover", discoverLine(a.Discover), discoverLine(b.Discover), restartNote)
 	d.change(prefix, "zones", zonesLabel(a.Zones), zonesLabel(b.Zones), "")
+	for _, z := range b.Zones {
+		d.change(prefix, "zones."+z+".discover", discoverLine(a.ZoneDiscover[z]), discoverLine(b.ZoneDiscover[z]), restartNote)
+	}
 	d.servers(prefix, a.Servers, b.Servers)
 	d.change(prefix, "connections", a.Connections, b.Connections, "")
 	d.change(prefix, "connect_timeout", a.ConnectTimeout, b.ConnectTimeout, "")

@@ -145,7 +145,17 @@ func poolNode(p *Pool) *yaml.Node {
 				}
 			}
 			put(zm, "name", strNode(z))
-			put(zm, "servers", servers)
+			if dc := p.ZoneDiscover[z]; dc != nil {
+				var found []Server
+				for _, s := range p.Servers {
+					if s.Zone == z {
+						found = append(found, s)
+					}
+				}
+				putDiscover(zm, dc, found)
+			} else {
+				put(zm, "servers", servers)
+			}
 			zones.Content = append(zones.Content, zm)
 		}
 		put(m, "zones", zones)
@@ -192,36 +202,8 @@ func poolNode(p *Pool) *yaml.Node {
 	if p.WarmFrom != "" {
 		put(m, "warm_from", strNode(p.WarmFrom))
 	}
-	if dc := p.Discover; dc != nil && dc.ConfigEndpoint != "" {
-		dm := mapNode()
-		put(dm, "config_endpoint", strNode(dc.ConfigEndpoint))
-		put(dm, "interval", durNode(dc.Interval))
-		put(m, "discover", dm)
-	} else if dc != nil {
-		dm := mapNode()
-		put(dm, "dns", strNode(dc.DNS))
-		put(dm, "port", intNode(dc.Port))
-		put(dm, "srv", boolNode(dc.SRV))
-		put(dm, "interval", durNode(dc.Interval))
-		put(dm, "remove_after", durNode(dc.RemoveAfter))
-		if dc.Resolver != "" {
-			put(dm, "resolver", strNode(dc.Resolver))
-		}
-		put(m, "discover", dm)
-		// What the name answered, for --check and GET /config: a comment, since a file
-		// gives discover instead of servers.
-		var found []string
-		for _, s := range p.Servers {
-			found = append(found, serverNode(s).Value)
-			if s.Name != "" {
-				found[len(found)-1] = s.Addr + ":" + strconv.Itoa(s.Weight) + " " + s.Name
-			}
-		}
-		if len(found) == 0 {
-			m.Content[len(m.Content)-2].LineComment = "discovered: nothing yet"
-		} else {
-			m.Content[len(m.Content)-2].LineComment = "discovered: " + strings.Join(found, ", ")
-		}
+	if p.Discover != nil {
+		putDiscover(m, p.Discover, p.Servers)
 	}
 	if sh := p.Shadow; sh != nil {
 		sm := mapNode()
@@ -283,4 +265,36 @@ func listNode(ss []string) *yaml.Node {
 		n.Content = append(n.Content, strNode(s))
 	}
 	return n
+}
+
+// putDiscover puts a discover section in m, with what it found (servers) in a comment: for
+// --check and GET /config, since a file gives discover instead of servers.
+func putDiscover(m *yaml.Node, dc *Discover, servers []Server) {
+	dm := mapNode()
+	if dc.ConfigEndpoint != "" {
+		put(dm, "config_endpoint", strNode(dc.ConfigEndpoint))
+		put(dm, "interval", durNode(dc.Interval))
+	} else {
+		put(dm, "dns", strNode(dc.DNS))
+		put(dm, "port", intNode(dc.Port))
+		put(dm, "srv", boolNode(dc.SRV))
+		put(dm, "interval", durNode(dc.Interval))
+		put(dm, "remove_after", durNode(dc.RemoveAfter))
+		if dc.Resolver != "" {
+			put(dm, "resolver", strNode(dc.Resolver))
+		}
+	}
+	put(m, "discover", dm)
+	var found []string
+	for _, s := range servers {
+		found = append(found, serverNode(s).Value)
+		if s.Name != "" {
+			found[len(found)-1] = s.Addr + ":" + strconv.Itoa(s.Weight) + " " + s.Name
+		}
+	}
+	if len(found) == 0 {
+		m.Content[len(m.Content)-2].LineComment = "discovered: nothing yet"
+	} else {
+		m.Content[len(m.Content)-2].LineComment = "discovered: " + strings.Join(found, ", ")
+	}
 }

@@ -74,7 +74,8 @@ func everyKeyConfig() *Config {
 	c.Pools[1].SASL = &SASL{User: "moxi", PasswordFile: "/etc/moxi/sasl-password"}
 	c.Zone = "us-east-1b"
 	c.Pools = append(c.Pools, &Pool{Name: "zoned", Distribution: p.Distribution, Hash: p.Hash, Zones: []string{"us-east-1a", "us-east-1b"},
-		Servers: []Server{{Addr: "10.0.1.5:11211", Weight: 1, Zone: "us-east-1a"}, {Addr: "10.0.2.5:11211", Weight: 1, Zone: "us-east-1b"}}})
+		Servers:      []Server{{Addr: "10.0.1.5:11211", Weight: 1, Zone: "us-east-1a"}},
+		ZoneDiscover: map[string]*Discover{"us-east-1b": {ConfigEndpoint: "cluster-b.cfg.cache.amazonaws.com:11211", Interval: 10 * time.Second}}})
 	c.Pools[1].Discover = &Discover{DNS: "_memcache._tcp.memcached.cache.svc.cluster.local", Port: 11211, SRV: true,
 		Interval: 10 * time.Second, RemoveAfter: time.Minute, Resolver: "10.96.0.10:53"}
 	return c

@@ -9,10 +9,10 @@ import (
 	"github.com/moxi-proxy/moxi/internal/pool"
 )
 
-// zones reads a pool's zones: an ordered list of {name, servers}, each a full copy of the
-// pool on a ring of its own. Their servers become the pool's, zone by zone, each knowing its
-// zone; a zone without servers, a zone named twice and a server listed twice (in any zone)
-// are errors.
+// zones reads a pool's zones: an ordered list of {name, servers | discover}, each a full
+// copy of the pool on a ring of its own. Their servers become the pool's, zone by zone, each
+// knowing its zone (a discovered zone's come from discovery: discover.Set.Fill); a zone
+// without servers, a zone named twice and a server listed twice (in any zone) are errors.
 func (d *decoder) zones(p *Pool, v *yaml.Node, path string) {
 	if v.Kind != yaml.SequenceNode {
 		d.fail(v, path, "want a list of {name, servers}, got %s", describe(v))
@@ -31,12 +31,11 @@ func (d *decoder) zones(p *Pool, v *yaml.Node, path string) {
 		at := index(path, i)
 		var name string
 		var list []Server
+		var disc *Discover
 		seen := d.mapping(e, at, map[string]field{
-			"name":    d.zoneName(&name, false),
-			"servers": d.servers(&list),
-			"discover": func(v *yaml.Node, path string) {
-				d.fail(v, path, "not yet in a zone: list the zone's servers")
-			},
+			"name":     d.zoneName(&name, false),
+			"servers":  d.servers(&list),
+			"discover": func(v *yaml.Node, path string) { disc = d.discover(v, path) },
 		})
 		if e.Kind != yaml.MappingNode {
 			continue
@@ -52,7 +51,20 @@ func (d *decoder) zones(p *Pool, v *yaml.Node, path string) {
 			continue
 		}
 		names[name] = e.Line
-		if len(list) == 0 {
+		switch dv := seen["discover"]; {
+		case dv != nil && d.bad[dv]:
+			continue // reported
+		case disc != nil && seen["servers"] != nil:
+			d.fail(dv, join(at, "discover"), "is instead of servers: give one")
+			continue
+		case disc != nil:
+			if p.ZoneDiscover == nil {
+				p.ZoneDiscover = map[string]*Discover{}
+			}
+			p.ZoneDiscover[name] = disc
+			p.Zones = append(p.Zones, name)
+			continue
+		case len(list) == 0:
 			if sv := seen["servers"]; sv == nil || !d.bad[sv] {
 				d.fail(e, join(at, "servers"), "zone %q has no servers", name)
 			}

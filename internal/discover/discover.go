@@ -48,9 +48,13 @@ type Set struct {
 	changed chan string // a pool whose list changed; buffered, coalesced by the reader
 }
 
-// pool is one discover pool's state.
+// zoneSource names the discovery of zone z of pool: "<pool>/<zone>".
+func zoneSource(pool, z string) string { return pool + "/" + z }
+
+// pool is one discover pool's state, or one discovered zone's.
 type pool struct {
-	name     string
+	name     string // the pool's name, or zoneSource's
+	label    string // the pool's name: moxi_discovery_errors_total's label
 	opts     config.Discover
 	resolver *net.Resolver
 
@@ -81,15 +85,22 @@ func New(cfg *config.Config, opts Options) *Set {
 		Name: "moxi_discovery_errors_total",
 		Help: "DNS lookups of a discover pool that failed, timed out or answered nothing: the pool kept its servers.",
 	}, []string{"pool"})
-	for _, pc := range cfg.Pools {
-		if pc.Discover == nil {
-			continue
-		}
-		s.pools[pc.Name] = &pool{
-			name: pc.Name, opts: *pc.Discover, resolver: resolver(pc.Discover.Resolver),
+	follow := func(name, label string, dc *config.Discover) {
+		s.pools[name] = &pool{
+			name: name, label: label, opts: *dc, resolver: resolver(dc.Resolver),
 			missing: map[string]time.Time{}, ready: make(chan struct{}),
 		}
-		s.errors.WithLabelValues(pc.Name)
+		s.errors.WithLabelValues(label)
+	}
+	for _, pc := range cfg.Pools {
+		if pc.Discover != nil {
+			follow(pc.Name, pc.Name, pc.Discover)
+		}
+		for _, z := range pc.Zones {
+			if dc := pc.ZoneDiscover[z]; dc != nil {
+				follow(zoneSource(pc.Name, z), pc.Name, dc)
+			}
+		}
 	}
 	if opts.Registry != nil && len(s.pools) > 0 {
 		opts.Registry.MustRegister(s.errors)
@@ -197,7 +208,7 @@ func (s *Set) poll(ctx context.Context, p *pool) bool {
 	}
 	p.version = max(p.version, version)
 	if err != nil {
-		s.errors.WithLabelValues(p.name).Inc()
+		s.errors.WithLabelValues(p.label).Inc()
 		if state := err.Error(); state != p.failing {
 			p.failing = state
 			s.logger.Warn("discovery gave no servers; the pool keeps its list", "pool", p.name, "source", p.opts.Source(), "err", err, "servers", len(p.servers))
@@ -266,17 +277,39 @@ func (s *Set) Servers(pool string) ([]config.Server, bool) {
 // (added by a reload) is an error: its name is resolved from the next restart on.
 func (s *Set) Fill(cfg *config.Config) error {
 	for i, pc := range cfg.Pools {
-		if pc.Discover == nil {
-			continue
+		switch {
+		case pc.Discover != nil:
+			p := s.pools[pc.Name]
+			if p == nil || p.opts != *pc.Discover {
+				return fmt.Errorf("pools.%s.discover: a new or changed discover section takes effect at the next restart", pc.Name)
+			}
+			servers, _ := s.Servers(pc.Name)
+			filled := *pc
+			filled.Servers = servers
+			cfg.Pools[i] = &filled
+		case len(pc.ZoneDiscover) > 0:
+			// Zone by zone, in listed order: the file's servers, or those discovered.
+			var servers []config.Server
+			for _, z := range pc.Zones {
+				dc := pc.ZoneDiscover[z]
+				if dc == nil {
+					servers = append(servers, slices.DeleteFunc(slices.Clone(pc.Servers), func(sv config.Server) bool { return sv.Zone != z })...)
+					continue
+				}
+				p := s.pools[zoneSource(pc.Name, z)]
+				if p == nil || p.opts != *dc {
+					return fmt.Errorf("pools.%s.zones[%s].discover: a new or changed discover section takes effect at the next restart", pc.Name, z)
+				}
+				found, _ := s.Servers(zoneSource(pc.Name, z))
+				for _, sv := range found {
+					sv.Zone = z
+					servers = append(servers, sv)
+				}
+			}
+			filled := *pc
+			filled.Servers = servers
+			cfg.Pools[i] = &filled
 		}
-		p := s.pools[pc.Name]
-		if p == nil || p.opts != *pc.Discover {
-			return fmt.Errorf("pools.%s.discover: a new or changed discover section takes effect at the next restart", pc.Name)
-		}
-		servers, _ := s.Servers(pc.Name)
-		filled := *pc
-		filled.Servers = servers
-		cfg.Pools[i] = &filled
 	}
 	return nil
 }

@@ -290,6 +290,16 @@ func (b *Builder) members(pd *Pending, cfg *config.Config, pc *config.Pool) memb
 		m.Server = remote(sc.Addr)
 		ms.remotes = append(ms.remotes, remote)
 	}
+	// A discovered zone whose source has not answered yet (moxi waits for it before
+	// serving; --check does not ask): one member that says so.
+	for _, z := range pc.Zones {
+		dc := pc.ZoneDiscover[z]
+		if dc == nil || slices.ContainsFunc(pc.Servers, func(sc config.Server) bool { return sc.Zone == z }) {
+			continue
+		}
+		what := cmp.Or(dc.DNS, dc.ConfigEndpoint)
+		ms.members = append(ms.members, pool.Member{Name: z + "/undiscovered", Addr: "discover:" + what, Weight: 1, Zone: z, Server: undiscovered(what)})
+	}
 	return ms
 }
 
@@ -617,10 +627,22 @@ func (b *Builder) Migrations() []migrate.Status {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]migrate.Status, 0, len(b.migrations))
-	reshards := map[[2]string][]migrate.Status{}
+	reshards := map[[3]string][]migrate.Status{} // by pool, name and zone
 	for k, m := range b.migrations {
 		if reshardNumber(k.name) > 0 {
-			reshards[[2]string{k.pool, k.name}] = append(reshards[[2]string{k.pool, k.name}], m.Status())
+			st := m.Status()
+			// A pool with zones reshards zone by zone: an entry per zone, named after it.
+			zone := ""
+			if pl, ok := b.placements[k.pool]; ok {
+				for i := range pl.pool.Len() {
+					if mb := pl.pool.Member(i); mb.Addr == k.to && mb.Zone != "" {
+						zone = mb.Zone
+						st.Name = zone + "/" + st.Name
+					}
+				}
+			}
+			key := [3]string{k.pool, k.name, zone}
+			reshards[key] = append(reshards[key], st)
 			continue
 		}
 		out = append(out, m.Status())

@@ -49,6 +49,9 @@ type answerQueue struct {
 	wbufs    net.Buffers
 	restAt   int      // what of wbuf a write that must not wait left to writeRest; -1: all of written
 	rawWrite rawWrite // tryWrite's
+	// deadline is set while nc has a write deadline (withProgress's), which a raw write that
+	// must not wait would otherwise fail on once it has passed (tryWrite clears it).
+	deadline bool
 }
 
 func (q *answerQueue) init(s *Server, nc net.Conn, raw syscall.RawConn, acct *account, lower func([]uint64)) {
@@ -264,6 +267,12 @@ func (q *answerQueue) tryWriteOut(tasks []*task) (left bool, err error) {
 
 // tryWrite writes what the socket takes of b at once: one system call that does not wait.
 func (q *answerQueue) tryWrite(b []byte) (int, error) {
+	if q.deadline {
+		// The last write's bound: a raw write checks the deadline first, and fails once
+		// it has passed, however ready the socket is.
+		_ = q.nc.SetWriteDeadline(time.Time{})
+		q.deadline = false
+	}
 	w := &q.rawWrite
 	if w.fn == nil {
 		w.fn = w.write // made once: a closure per call would allocate
@@ -371,6 +380,7 @@ func (q *answerQueue) withProgress(write func() (int, error)) error {
 	for {
 		if timeout > 0 {
 			_ = q.nc.SetWriteDeadline(time.Now().Add(timeout))
+			q.deadline = true
 		}
 		n, err := write()
 		if err == nil || timeout <= 0 || !errors.Is(err, os.ErrDeadlineExceeded) {

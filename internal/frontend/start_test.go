@@ -1,10 +1,12 @@
 package frontend_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -469,4 +471,39 @@ func TestStartDeclined(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStaleWriteDeadline: an answer written while the client was slow to read leaves a write
+// deadline on the socket; once it has passed, an answer that must not wait (a server
+// connection's reader finishing a started run) is still written — a raw write checks the
+// deadline first and would fail on it, closing a connection that did nothing wrong.
+func TestStaleWriteDeadline(t *testing.T) {
+	h := newStartHandler(func(keys []string) bool { return strings.HasPrefix(keys[0], "inline-") })
+	defer h.finishLeft()
+	s := &frontend.Server{Handler: h, WriteTimeout: 50 * time.Millisecond}
+	c, err := net.Dial("tcp", serveSocket(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	ask := func(o op, finish bool) {
+		t.Helper()
+		if _, err := c.Write([]byte(o.wire())); err != nil {
+			t.Fatal(err)
+		}
+		if finish {
+			go (<-h.runs).finish() // as a server connection's reader would
+		}
+		want := o.answer()
+		got := make([]byte, len(want))
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(r, got); err != nil || string(got) != want {
+			t.Fatalf("%s: %q %v, want %q", o.key, got, err, want)
+		}
+	}
+	ask(op{key: "inline-10"}, false)     // written by the reader, within WriteTimeout
+	<-time.After(100 * time.Millisecond) // that write's deadline has passed
+	ask(op{key: "async-10"}, true)
+	ask(op{key: "async-20"}, true)
 }

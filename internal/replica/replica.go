@@ -354,13 +354,16 @@ func acked(resp *protocol.Response, err error) bool {
 	return err == nil && resp.Status != protocol.StatusTempFailure && resp.Status != protocol.StatusNoMemory
 }
 
-// positive reports whether resp is a success (not a miss, nor a store refused).
-func positive(resp *protocol.Response) bool {
+// statusOf is resp's status, a meta answer's by its code.
+func statusOf(resp *protocol.Response) protocol.Status {
 	if resp.Meta.Code != protocol.MetaNone {
-		return resp.Meta.Code.Status() == protocol.StatusOK
+		return resp.Meta.Code.Status()
 	}
-	return resp.Status == protocol.StatusOK
+	return resp.Status
 }
+
+// positive reports whether resp is a success (not a miss, nor a store refused).
+func positive(resp *protocol.Response) bool { return statusOf(resp) == protocol.StatusOK }
 
 // succeeded reports whether a decided write changed the item (its result is to be carried).
 func succeeded(req *protocol.Request, resp *protocol.Response) bool {
@@ -596,11 +599,7 @@ func adds(req *protocol.Request) bool {
 // lacks reports whether resp, a replica's answer to req, says the replica does not hold
 // req's key: a miss, or a store that needs the key (append, prepend, replace) not stored.
 func lacks(req *protocol.Request, resp *protocol.Response) bool {
-	status := resp.Status
-	if resp.Meta.Code != protocol.MetaNone {
-		status = resp.Meta.Code.Status()
-	}
-	switch status {
+	switch statusOf(resp) {
 	case protocol.StatusNotFound:
 		return true
 	case protocol.StatusNotStored:
@@ -905,17 +904,11 @@ func (r *replica) metaGet(ctx context.Context, order *turn.Turn, req *protocol.R
 // remaining TTL (or exptime, a gat's, when ≥ 0), unless a write of its stripe began since
 // epoch, before the read.
 func (r *replica) repair(ctx context.Context, order *turn.Turn, key []byte, from int, missed []int, epoch uint64, exptime int64) {
-	get := itemcopy.Get(key)
-	var got [1]protocol.Response
-	if err := pool.Do(ctx, r.direct[from], order, &get, got[:]); err != nil {
-		return
-	}
-	it := itemcopy.Parse(&got[0])
-	if !it.Found {
+	it, ok := r.fetch(ctx, order, key, from)
+	if !ok {
 		return
 	}
 	if exptime < 0 {
-		var ok bool
 		if exptime, ok = itemcopy.Exptime(it.TTL); !ok {
 			return
 		}

@@ -3,6 +3,7 @@ package test
 import (
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -102,7 +103,8 @@ type restartRun struct {
 func (run restartRun) test(t *testing.T) {
 	mcs := cluster(t, 3)
 	ref := memcachedtest.Start(t)
-	moxi := startMoxi(t, "--config", writeConfig(t, replicaConfig(2, addrs(mcs)...)))
+	admin := freeAddr(t)
+	moxi := startMoxi(t, "--config", writeConfig(t, replicaConfig(2, addrs(mcs)...)), "--admin", admin, "--pprof")
 	const victim = 1
 	set := replicaSets(3, 2)
 	keyOf := func(kind string, w, i int) string { return fmt.Sprintf("%s:%d:%d", kind, w, i) }
@@ -167,12 +169,13 @@ func (run restartRun) test(t *testing.T) {
 	}
 	for w, c := range clients {
 		wg.Go(func() {
-			excuses := 0
+			excuses, broken := 0, false
 			both := func(key, cmd string) {
 				got, err1 := c.moxi.whole(cmd)
 				want, err2 := c.ref.whole(cmd)
 				if err1 != nil || err2 != nil {
 					differ(key, cmd, fmt.Sprint(got, err1), fmt.Sprint(want, err2))
+					broken = true // the stream is out of step from here: this client stops
 					return
 				}
 				if got != want {
@@ -185,7 +188,7 @@ func (run restartRun) test(t *testing.T) {
 					differ(key, strings.TrimSpace(cmd), got, want)
 				}
 			}
-			for round := range run.rounds {
+			for round := 0; round < run.rounds && !broken; round++ {
 				if round == 2*run.rounds/3 {
 					<-resume // the rest once the victim serves again: each key on both replicas
 				}
@@ -222,6 +225,7 @@ func (run restartRun) test(t *testing.T) {
 						case "binincr":
 							got, err1 := c.moxiBin.binIncr(k)
 							want, err2 := c.refBin.binIncr(k)
+							broken = broken || err1 != nil || err2 != nil
 							switch {
 							case err1 == nil && err2 == nil && got == want:
 							case err1 == nil && err2 == nil && strings.HasPrefix(got, "status 134 ") && excused("SERVER_ERROR", &excuses):
@@ -247,6 +251,9 @@ func (run restartRun) test(t *testing.T) {
 			}
 		})
 	}
+	watchdog := make(chan struct{})
+	defer close(watchdog)
+	go stallWatch(t, &ops, admin, watchdog, func() { _ = moxi.cmd.Process.Kill() })
 	waitUntil(t, time.Now(), 60*time.Second, func() bool { return ops.Load() >= int64(total/3) })
 	killedAt.Store(time.Now().UnixNano())
 	mcs[victim].Stop()
@@ -320,6 +327,39 @@ func (run restartRun) test(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("moxi log:\n%s", tail(moxi.out.String(), 8<<10))
+	}
+}
+
+// stallWatch fails t with moxi's goroutines (from its admin's /debug/pprof) when ops has
+// not moved for 30 s until done closes, and then kills moxi (halt) so that the clients end
+// at once: a proxy that stops answering shows where.
+func stallWatch(t *testing.T, ops *atomic.Int64, admin string, done <-chan struct{}, halt func()) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last, since := ops.Load(), time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		if n := ops.Load(); n != last {
+			last, since = n, time.Now()
+			continue
+		}
+		if time.Since(since) < 30*time.Second {
+			continue
+		}
+		dump := "(no dump)"
+		client := &http.Client{Timeout: 10 * time.Second}
+		if resp, err := client.Get("http://" + admin + "/debug/pprof/goroutine?debug=2"); err == nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			dump = string(b)
+		}
+		t.Errorf("no operation for 30 s at %d: moxi's goroutines:\n%s", last, dump)
+		halt()
+		return
 	}
 }
 

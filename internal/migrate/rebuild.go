@@ -212,7 +212,8 @@ func (r *Rebuild) finish(log *slog.Logger, err error) {
 }
 
 // copyBatch reads keys from src and adds each found to the target, unless a write of it
-// through this proxy began since the read; then reads the source again and deletes on the
+// through this proxy began since the read (those that did not wait for the add); then
+// reads the source again and deletes on the
 // target the keys it no longer holds (a client's delete between the read and the add).
 func (r *Rebuild) copyBatch(ctx context.Context, src *oldServer, keys [][]byte) error {
 	epochs := make([]uint64, len(keys))
@@ -225,38 +226,39 @@ func (r *Rebuild) copyBatch(ctx context.Context, src *oldServer, keys [][]byte) 
 	if err != nil {
 		return err
 	}
+	quiet := make([]bool, len(keys))
+	release := func() {}
+	if r.opts.Writes != nil {
+		quiet, release = r.opts.Writes.HoldQuiet(keys, epochs)
+	} else {
+		for i := range quiet {
+			quiet[i] = true
+		}
+	}
 	var adds []protocol.Request
 	var added [][]byte
-	store := func(quiet []bool) {
-		adds, added = adds[:0], added[:0]
-		for i := range items {
-			if it := &items[i]; it.Found && (quiet == nil || quiet[i]) {
-				if exptime, ok := itemcopy.Exptime(it.TTL); ok {
-					adds = append(adds, itemcopy.Store(protocol.OpAdd, keys[i], it, exptime))
-					added = append(added, keys[i])
-				}
+	for i := range items {
+		if it := &items[i]; it.Found && quiet[i] {
+			if exptime, ok := itemcopy.Exptime(it.TTL); ok {
+				adds = append(adds, itemcopy.Store(protocol.OpAdd, keys[i], it, exptime))
+				added = append(added, keys[i])
 			}
 		}
-		if len(adds) == 0 {
-			return
-		}
+	}
+	if len(adds) > 0 {
 		resps, errs := make([]protocol.Response, len(adds)), make([]error, len(adds))
 		pool.DoBatch(ctx, r.opts.Target, nil, adds, resps, errs)
 		for i := range adds {
 			if errs[i] != nil {
 				err = errs[i]
-				return
+				break
 			}
 			if resps[i].Status == protocol.StatusOK {
 				r.copied.Add(1)
 			}
 		}
 	}
-	if r.opts.Writes != nil {
-		r.opts.Writes.IfQuietAll(keys, epochs, store)
-	} else {
-		store(nil)
-	}
+	release()
 	if err != nil || len(added) == 0 {
 		return err
 	}

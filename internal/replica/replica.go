@@ -902,7 +902,7 @@ func (r *replica) metaGet(ctx context.Context, order *turn.Turn, req *protocol.R
 
 // repair copies key from replica from to the replicas that missed it, with add and its
 // remaining TTL (or exptime, a gat's, when ≥ 0), unless a write of its stripe began since
-// epoch, before the read.
+// epoch, before the read; replicated writes of the key wait for the adds.
 func (r *replica) repair(ctx context.Context, order *turn.Turn, key []byte, from int, missed []int, epoch uint64, exptime int64) {
 	it, ok := r.fetch(ctx, order, key, from)
 	if !ok {
@@ -914,14 +914,19 @@ func (r *replica) repair(ctx context.Context, order *turn.Turn, key []byte, from
 		}
 	}
 	add := itemcopy.Store(protocol.OpAdd, key, &it, exptime)
-	r.opts.Writes.IfQuiet(key, epoch, func() {
-		for _, i := range missed {
-			var one [1]protocol.Response
-			if err := pool.Do(ctx, r.direct[i], order, &add, one[:]); err == nil && one[0].Status == protocol.StatusOK {
-				if r.opts.Repaired != nil {
-					r.opts.Repaired()
-				}
+	// Not IfQuiet: its lock, held across the adds, is one a server's reader takes to end
+	// another write of the stripe, which the adds' answers would then wait behind.
+	quiet, release := r.opts.Writes.HoldQuiet([][]byte{key}, []uint64{epoch})
+	defer release()
+	if !quiet[0] {
+		return
+	}
+	for _, i := range missed {
+		var one [1]protocol.Response
+		if err := pool.Do(ctx, r.direct[i], order, &add, one[:]); err == nil && one[0].Status == protocol.StatusOK {
+			if r.opts.Repaired != nil {
+				r.opts.Repaired()
 			}
 		}
-	})
+	}
 }

@@ -110,11 +110,14 @@ func (w *Guard) IfQuiet(key []byte, e uint64, fn func()) {
 	}
 }
 
-// IfQuietAll is IfQuiet for a batch of keys read at epochs (a background copy's): it runs
-// fn once, under the locks of every stripe of keys, taken in ascending order, with quiet[i]
-// telling whether keys[i] may be copied. Writes of those stripes wait for fn: keep it to
-// one round trip.
-func (w *Guard) IfQuietAll(keys [][]byte, epochs []uint64, fn func(quiet []bool)) {
+// HoldQuiet is, for a copy into a replicated pool (a read's repair, a rebuild), IfQuiet
+// without a lock held across the copy's round trip: it takes, without waiting, the
+// replicated-write lock (Lock's) of each stripe of keys in which a key's writes neither
+// began nor ended since its epoch, and reports which keys may be copied (quiet[i]);
+// release gives the locks back. Replicated writes of those stripes wait for release; the
+// copy may wait for servers meanwhile, whose readers end other writes (and so take stripes'
+// mu), which IfQuiet's fn must not. A stripe whose lock a write holds is not quiet.
+func (w *Guard) HoldQuiet(keys [][]byte, epochs []uint64) (quiet []bool, release func()) {
 	idx := make([]int, len(keys))
 	for i, k := range keys {
 		idx[i] = stripeOf(k)
@@ -122,19 +125,33 @@ func (w *Guard) IfQuietAll(keys [][]byte, epochs []uint64, fn func(quiet []bool)
 	order := slices.Clone(idx)
 	slices.Sort(order)
 	order = slices.Compact(order)
+	quiet = make([]bool, len(keys))
+	var held []int
 	for _, i := range order {
-		w.stripes[i].mu.Lock()
-	}
-	defer func() {
-		for _, i := range order {
-			w.stripes[i].mu.Unlock()
+		s := &w.stripes[i]
+		if !s.serial.TryLock() {
+			continue // a replicated write of the stripe runs
 		}
-	}()
-	quiet := make([]bool, len(keys))
-	for j, i := range idx {
-		quiet[j] = epochs[j] < oneInFlight && w.stripes[i].state.Load() == epochs[j]
+		s.mu.Lock()
+		state := s.state.Load()
+		s.mu.Unlock()
+		any := false
+		for j, si := range idx {
+			if si == i && epochs[j] < oneInFlight && state == epochs[j] {
+				quiet[j], any = true, true
+			}
+		}
+		if any {
+			held = append(held, i)
+		} else {
+			s.serial.Unlock()
+		}
 	}
-	fn(quiet)
+	return quiet, func() {
+		for _, i := range held {
+			w.stripes[i].serial.Unlock()
+		}
+	}
 }
 
 // Lock begins a replicated write of key, after the one in flight ends; the function it

@@ -47,14 +47,23 @@ func TestWriteStripesGuard(t *testing.T) {
 			if ran != tc.want {
 				t.Errorf("copy ran = %v, want %v", ran, tc.want)
 			}
-			// The batch form: k twice (one stripe, locked once) beside a quiet key.
+			// The held form: k twice (one stripe, taken once) beside a quiet key.
 			other := []byte("other")
 			keys := [][]byte{k, other, k}
-			w.IfQuietAll(keys, []uint64{e, w.Epoch(other), e}, func(quiet []bool) {
-				if want := []bool{tc.want, true, tc.want}; !slices.Equal(quiet, want) {
-					t.Errorf("batch copy quiet = %v, want %v", quiet, want)
-				}
-			})
+			quiet, release := w.HoldQuiet(keys, []uint64{e, w.Epoch(other), e})
+			if want := []bool{tc.want, true, tc.want}; !slices.Equal(quiet, want) {
+				t.Errorf("held copy quiet = %v, want %v", quiet, want)
+			}
+			// Held: a replicated write of a quiet key waits for release; a read does not.
+			if _, ok := w.TryLock(other); ok {
+				t.Error("a replicated write began while a copy held its stripe")
+			}
+			release()
+			unlock, ok := w.TryLock(other)
+			if !ok {
+				t.Fatal("the stripe is still held after release")
+			}
+			unlock()
 		})
 	}
 }

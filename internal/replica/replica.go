@@ -533,6 +533,12 @@ func (r *replica) onDecider(ctx context.Context, order *turn.Turn, req *protocol
 		return nil
 	}
 	later := order.After() // the request's own dispatch was the first send
+	if !req.Op.ChangesKey() {
+		// A read (mg): its copy under the key's write lock, as a write's (write holds it),
+		// so that no write or delete of the key lands between the read of the copy and it.
+		unlock := r.opts.Writes.Lock(req.Key)
+		defer unlock()
+	}
 	if !r.fill(ctx, later, req.Key, targets[0], targets[1:]) && !creates {
 		return nil // no other replica holds it either: the answer stands
 	}
@@ -829,6 +835,11 @@ func (r *replica) rereadFirst(ctx context.Context, order *turn.Turn, req *protoc
 			resps[k] = protocol.Response{Status: protocol.StatusTempFailure, Msg: "the replica that numbers the key's cas did not answer", Key: req.Keys[k]}
 			continue
 		}
+		// The repair may not have been made (a write of the stripe began meanwhile): the
+		// copy is made here under the key's write lock, which the write in flight ends.
+		unlock := r.opts.Writes.Lock(req.Keys[k])
+		r.fill(ctx, order, req.Keys[k], first, orders[k].Idx[1:orders[k].N])
+		unlock()
 		again[first] = append(again[first], k)
 	}
 	for first, ks := range again {

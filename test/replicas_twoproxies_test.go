@@ -22,6 +22,7 @@ import (
 // afterwards no server holds a key older than its last acknowledged write — a late write
 // included (it is chased by a delete on its connection).
 func TestReplicasPauseTwoProxies(t *testing.T) {
+	t.Parallel() // mostly waits out the pauses: runs beside the other such tests
 	for _, quorum := range []string{"all", "one"} {
 		t.Run(quorum, func(t *testing.T) { pauseTwoProxies(t, quorum) })
 	}

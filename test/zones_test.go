@@ -183,6 +183,7 @@ func TestZones(t *testing.T) { zonesRun(t, 2000) }
 // no read is ever older than acknowledged, nor fails, and once it resumes no server holds
 // a key older than its last acknowledged write.
 func TestZonesPausedZone(t *testing.T) {
+	t.Parallel() // mostly waits out the pause: runs beside the other such tests
 	zones := zoneCluster(t)
 	var servers [][]string
 	for _, mcs := range zones {

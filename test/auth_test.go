@@ -362,6 +362,7 @@ func TestAuthNamespaces(t *testing.T) {
 // no other; failed logins are counted, and a client that keeps failing is answered ever
 // later while another logs in and is served meanwhile.
 func TestAuthReloadAndPacing(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	users := writeUsers(t, "alice:secret", "bob:builder")
 	mc := memcachedtest.Start(t)
 	admin := freeAddr(t)

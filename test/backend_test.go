@@ -12,6 +12,7 @@ import (
 )
 
 func TestMemccapableThroughMemcached(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	for _, n := range []int{1, 3} {
 		t.Run(fmt.Sprintf("%d servers", n), func(t *testing.T) {
 			mcs := cluster(t, n)

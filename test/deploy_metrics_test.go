@@ -428,6 +428,7 @@ func exported(fams map[string]*dto.MetricFamily, name string) bool {
 // exactly exportedFamilies, each with its type and labels, and every metric the deployment
 // files query.
 func TestDeployMetricsExported(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	used := deployedMetrics(t)
 	if len(used) < 8 {
 		t.Fatalf("the dashboard and alerts use only %d moxi metrics: %v", len(used), used)

@@ -66,6 +66,7 @@ func concurrentGets(t *testing.T, addr string, keys []string) []string {
 // by a handful of backend gets, and everyone gets the value; gets of different keys are
 // never merged.
 func TestDedupThroughSlowLink(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	mc := memcachedtest.Start(t)
 	// A 1 s round trip: gets of one key join the fetch of it in flight, and a new fetch
 	// starts only once that one has come back, so each backend get beyond the first means

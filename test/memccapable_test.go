@@ -31,6 +31,7 @@ func runMemccapable(t *testing.T, addr string) (passed, failed []string) {
 }
 
 func TestMemccapableEmbeddedDefault(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	moxi := startMoxi(t)
 	passed, failed := runMemccapable(t, moxi.addr)
 	t.Logf("memccapable through moxi (embedded default): %d passed, %d failed", len(passed), len(failed))

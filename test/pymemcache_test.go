@@ -65,6 +65,7 @@ func runPymemcache(t *testing.T, addr string, ids ...string) map[string]string {
 // it, and memcached's clock moves in whole seconds, so on a loaded machine the key can
 // expire between the two (seen once, in a CI run beside another).
 func TestPymemcache(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	mcs := cluster(t, 3)
 	want := runPymemcache(t, mcs[0].Addr)
 	for id, outcome := range want {

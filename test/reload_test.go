@@ -81,6 +81,7 @@ func totalConnections(t *testing.T, addr string) int {
 // TestReloadUnderLoad reloads 100 times while clients keep reading and writing: no client
 // request fails, unchanged servers keep their connections, and every reload is counted.
 func TestReloadUnderLoad(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	mcs := cluster(t, 2)
 	// A and B differ in pool settings and routes but not in how moxi talks to any server,
 	// so their servers (and connections) are shared; C changes main's timeout, so its

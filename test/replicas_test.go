@@ -798,6 +798,7 @@ func TestReplicasIncrCasAgree(t *testing.T) {
 // TestReplicasMemccapable: libmemcached's conformance suite, and gomemcache's whole API,
 // through moxi in front of three servers with replicas: 2.
 func TestReplicasMemccapable(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	mcs := cluster(t, 3)
 	moxi := startMoxi(t, "--config", writeConfig(t, poolConfig("    replicas: 2\n", addrs(mcs)...)))
 	t.Run("memccapable", func(t *testing.T) {

@@ -308,6 +308,7 @@ func faultListener(t *testing.T, kind string) string {
 // paused server is used again after SIGCONT, within dead_backoff_max. The bounds are
 // checked with a margin for a loaded machine (×4 + 1 s) and the measured figures logged.
 func TestFaultyServers(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	for _, kind := range []string{"paused", "accepts and never answers", "refuses", "closes after accepting"} {
 		t.Run(kind, func(t *testing.T) {
 			mcs := cluster(t, 2)

@@ -87,6 +87,7 @@ func allServers(t *testing.T, admin string, servers []*memcachedtest.Server, sta
 // user, passes memccapable whole; a meta command, which such servers cannot take, is a
 // client error.
 func TestSASLBackend(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	mcs := saslServers(t, 2)
 	password := filepath.Join(t.TempDir(), "password")
 	writePassword(t, password, saslPassword)

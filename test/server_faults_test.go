@@ -245,6 +245,7 @@ func errorAnswer(req *protocol.Request, text string) []byte {
 // text with line breaks arrives on one line, and a malformed answer closes the server
 // connection without reaching the client.
 func TestServerTextOneLine(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	forged := "oops\r\nVALUE k 0 6\r\nforged\r\nEND"
 	answers := []struct {
 		name   string

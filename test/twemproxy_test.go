@@ -22,6 +22,7 @@ import (
 // moxi configured with the same server list, and checks that every key lands on the same
 // memcached, for both of twemproxy's common hashes and every server-list form.
 func TestPlacementMatchesTwemproxy(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	nutcracker := requireBinary(t, "nutcracker")
 	mcs := cluster(t, 3)
 	keys := make([]string, 3000)
@@ -136,6 +137,7 @@ const nutcrackerSample = "/usr/share/doc/nutcracker/examples/nutcracker.yml"
 // the converted moxi put every key of each memcached pool, written on that pool's own
 // port, on the same server.
 func TestConvertTwemproxySample(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	nutcracker := requireBinary(t, "nutcracker")
 	sample, err := os.ReadFile(nutcrackerSample)
 	if err != nil {

@@ -253,6 +253,7 @@ func TestZonesPausedZone(t *testing.T) {
 
 // TestZonesMemccapable: libmemcached's conformance suite through a pool of three zones.
 func TestZonesMemccapable(t *testing.T) {
+	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	mcs := cluster(t, 3)
 	as := addrs(mcs)
 	moxi := startMoxi(t, "--config", writeConfig(t, zonesConfig("b", "    timeout: 2s\n", []string{as[0]}, []string{as[1]}, []string{as[2]})))

@@ -40,6 +40,13 @@ func (s *Server) SetAuth(a *Auth) {
 			_ = c.nc.Close()
 		}
 	}
+	if s.poller == nil {
+		return
+	}
+	for _, p := range s.poller.takeIf(func(p *parked) bool { return p.login != nil && !a.Users.Has(p.login.user) }) {
+		s.logger().Info("closing a connection of a user no longer in the users file", "remote", p.nc.RemoteAddr().String(), "user", p.login.user)
+		s.closeParked(p)
+	}
 }
 
 // The answers of the login exchange and of requests it refuses, as memcached -S (binary)

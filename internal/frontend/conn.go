@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -93,10 +94,17 @@ type conn struct {
 	reqSince     time.Time // when the request being read first waited for the socket; zero between requests
 	readDeadline bool      // a read deadline is set on nc
 	rawRead      rawRead   // readIdle's
+
+	// Parking (park.go).
+	parkable    bool         // the poller can watch nc's socket, and a TLS handshake is over; owned by the reader
+	readerState atomic.Int32 // readerBusy, readerWaiting…: the reader's, as the sweeper sees it
+	parkMu      sync.Mutex   // held by the sweeper while it asks the reader to park
 }
 
-func newConn(s *Server, h Handler, nc net.Conn, affinity uint32) *conn {
-	c := &conn{s: s, handler: h, nc: nc, chain: turn.NewChain(affinity)}
+// newConn makes the conn of client connection nc of a listener whose handler is h, with
+// chain its order: a new connection's, or a parked one's woken up (park.go).
+func newConn(s *Server, h Handler, nc net.Conn, chain *turn.Chain) *conn {
+	c := &conn{s: s, handler: h, nc: nc, chain: chain}
 	c.acct.init(s)
 	c.starter, _ = h.(Starter)
 	switch plain := nc.(type) { // bytes written to the socket are the client's (not TLS's)
@@ -105,15 +113,25 @@ func newConn(s *Server, h Handler, nc net.Conn, affinity uint32) *conn {
 	case *net.UnixConn:
 		c.raw, _ = plain.SyscallConn()
 	}
+	c.parkable = s.poller != nil && descriptorOf(nc) != nil && handshakeDone(nc)
 	c.answers.init(s, nc, c.raw, &c.acct, c.fences.lower)
 	return c
 }
 
-// serve reads requests until the client leaves, an I/O error, a fatal protocol error or
-// Shutdown; then it waits until every request already read is answered, and closes.
-func (c *conn) serve() {
-	defer c.close()
-	defer c.answers.drain()
+// serveAndClose serves the connection (serve), then waits until every request already
+// read is answered, and closes it; unless it parked (park.go): then c is no longer this
+// connection's.
+func (c *conn) serveAndClose() {
+	if c.serve() {
+		return
+	}
+	c.answers.drain()
+	c.close()
+}
+
+// serve reads requests until the client leaves, an I/O error, a fatal protocol error,
+// Shutdown, or the connection parks, which it reports.
+func (c *conn) serve() (parked bool) {
 	defer c.recoverPanic(nil)
 	for !c.s.closing.Load() {
 		if err := c.waitRoom(c.idleRoomLocked, time.Time{}); err != nil {
@@ -126,7 +144,13 @@ func (c *conn) serve() {
 				break // Shutdown's interrupt may have been undone
 			}
 		}
+		c.waitBegins()
 		n, err := c.readIdle()
+		if parked, retry := c.waitEnds(n, err); parked {
+			return true
+		} else if retry {
+			continue
+		}
 		if n == 0 {
 			if err != nil {
 				break
@@ -151,6 +175,7 @@ func (c *conn) serve() {
 			break
 		}
 	}
+	return false
 }
 
 // start queues t's answer and runs it: on the reader when it is alone (nothing before it

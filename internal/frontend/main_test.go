@@ -256,12 +256,13 @@ func flagsExt(flags uint32) string {
 }
 
 // waitFor polls cond, which reads state owned by other goroutines (a counter the server
-// updates when it notices a close), until it holds or 5 s pass.
+// updates when it notices a close), until it holds or 20 s pass (a generous bound: the test
+// machine may be busy).
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(20 * time.Second)
 	for !cond() {
 		select {
 		case <-tick.C:

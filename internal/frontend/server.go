@@ -89,7 +89,9 @@ type Server struct {
 	idle       atomic.Int32  // workers waiting on work
 	stop       chan struct{} // closed by Shutdown: idle workers exit
 	stopOnce   sync.Once
-	tasks      sync.Pool // of *task, with their buffers, lent to connections per request
+	tasks      sync.Pool    // of *task, with their buffers, lent to connections per request
+	poller     *poller      // wakes parked connections; nil where connections do not park; set by the first Serve
+	parkedWave atomic.Int64 // connections parked since the sweeper last returned memory (park.go)
 
 	// valueBytes is a running average of the value sizes multi-key gets fetch, which sizes
 	// the parts a large multi-key get is answered in (see partKeys); 0 until the first.
@@ -253,13 +255,13 @@ func (s *Server) ServeWith(ln net.Listener, h Handler) error {
 			continue
 		}
 		s.total.Add(1)
-		c := newConn(s, h, nc, uint32(s.total.Load()))
+		c := newConn(s, h, nc, turn.NewChain(uint32(s.total.Load())))
 		if !s.addConn(c) {
 			s.current.Add(-1)
 			nc.Close()
 			return ErrServerClosed
 		}
-		go c.serve()
+		go c.serveAndClose()
 	}
 }
 
@@ -282,7 +284,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for c := range s.conns {
 		c.interrupt()
 	}
+	pl := s.poller
 	s.mu.Unlock()
+	if pl != nil {
+		for _, p := range pl.close() {
+			go s.wake(p) // it sees closing, and closes
+		}
+	}
 
 	finished := make(chan struct{})
 	go func() {
@@ -338,6 +346,14 @@ func (s *Server) track(ln net.Listener) bool {
 		s.listeners = make(map[net.Listener]struct{})
 		s.ctx, s.cancel = context.WithCancel(context.Background())
 		s.work, s.stop = make(chan *task), make(chan struct{})
+		if pl, err := newPoller(s); err == nil {
+			s.poller = pl
+			s.workers.Add(2)
+			go pl.run()
+			go s.sweep()
+		} else if !errors.Is(err, errUnsupported) {
+			s.logger().Warn("idle connections will not park", "err", err)
+		}
 	}
 	s.listeners[ln] = struct{}{}
 	return true
@@ -367,6 +383,11 @@ func (s *Server) removeConn(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+	s.gone(c)
+}
+
+// gone counts a connection closed: c, or a parked one (nil).
+func (s *Server) gone(c *conn) {
 	s.current.Add(-1)
 	s.exempt.CompareAndSwap(c, nil)
 	if s.roomWaiters.Load() > 0 {

@@ -36,6 +36,18 @@ func NewChain(affinity uint32) *Chain {
 	return &Chain{affinity: affinity}
 }
 
+// Affinity is the backend connection (modulo their number) c's requests go to.
+func (c *Chain) Affinity() uint32 { return c.affinity }
+
+// Remembers reports whether c holds more than its affinity: a turn not given on yet, or a
+// path other than 0 taken (whose requests may be in flight still). A chain that does not
+// is as good as NewChain(c.Affinity()): a parked connection keeps its affinity alone.
+func (c *Chain) Remembers() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last != nil || c.otherPaths.Load()
+}
+
 // Turn is one request's place in its connection's order. The zero Turn is not in any
 // order: Wait returns at once and Dispatched does nothing. A Turn may be used again for
 // another request once released.

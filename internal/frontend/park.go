@@ -1,0 +1,255 @@
+package frontend
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"os"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/turn"
+)
+
+// Parking idle connections. Most of a tier's client connections are idle most of the time
+// (a PHP or Python fleet holds one per worker); a goroutine and a conn each would cost them
+// about 10 KB apiece. So a connection whose reader has waited parkCheck to 2×parkCheck for
+// its next request, with nothing in flight, parks: it keeps only a parked record (its
+// socket, listener, protocol, login and chain), and its conn and goroutine end; the poller (poller_linux.go) serves it again on a new goroutine when its
+// socket becomes readable or hangs up. A connection that is busy pays for this an atomic
+// store and swap per idle wait, nothing else: the sweeper finds the idle ones.
+
+// parkCheck is the sweeper's period. Short, so that a wave of connections that go idle
+// (a fleet's workers starting, say) never holds a goroutine each for long: the runtime
+// keeps a goroutine's descriptor (about 480 bytes) for good once made. A client that waits
+// longer than that between requests pays a park and a wake-up (microseconds) per request.
+const parkCheck = 100 * time.Millisecond
+
+// A wave of parked connections leaves their goroutine stacks and conns free in the heap,
+// which the runtime returns to the system over minutes. After releaseAfter of them the
+// sweeper returns it at once (a collection and a scavenge, a few milliseconds), at most
+// once per releaseEvery.
+const (
+	releaseAfter = 1024
+	releaseEvery = 10 * time.Second
+)
+
+// The reader's states as the sweeper sees them (conn.readerState): the sweeper marks a
+// waiting reader seen, and asks one it saw on its last sweep too to park, by cutting its
+// wait short with a read deadline in the past.
+const (
+	readerBusy int32 = iota
+	readerWaiting
+	readerSeen
+	readerAsked
+)
+
+// parked is what a parked connection keeps, in the poller's table (by value: a parked
+// connection costs no object of moxi's own).
+type parked struct {
+	handler      Handler
+	nc           net.Conn
+	chain        *turn.Chain // nil when it remembered nothing but affinity (Chain.Remembers)
+	login        *login
+	perKey       int64
+	failedLogins int32
+	affinity     uint32
+	binary       bool
+	sniffed      bool
+	measured     bool
+
+	gen uint32 // its slot's generation: an event for an earlier occupant is ignored
+}
+
+// Parked is the number of connections parked now.
+func (s *Server) Parked() int {
+	s.mu.Lock()
+	pl := s.poller
+	s.mu.Unlock()
+	if pl == nil {
+		return 0
+	}
+	return pl.parked()
+}
+
+// sweep asks the readers idle since its last sweep to park, every parkCheck, until Shutdown.
+func (s *Server) sweep() {
+	defer s.workers.Done()
+	tick := time.NewTicker(parkCheck)
+	defer tick.Stop()
+	var released time.Time
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-tick.C:
+			if s.parkedWave.Load() >= releaseAfter && now.Sub(released) >= releaseEvery {
+				s.parkedWave.Store(0)
+				debug.FreeOSMemory()
+				released = now
+			}
+		}
+		s.mu.Lock()
+		for c := range s.conns {
+			c.tick()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// tick is one sweep's look at c.
+func (c *conn) tick() {
+	if c.readerState.CompareAndSwap(readerWaiting, readerSeen) || c.readerState.Load() != readerSeen ||
+		c.acct.held.Load() != 0 { // answers still due: not quiet, no use asking
+		return
+	}
+	c.parkMu.Lock()
+	if c.readerState.CompareAndSwap(readerSeen, readerAsked) {
+		_ = c.nc.SetReadDeadline(aLongTimeAgo)
+	}
+	c.parkMu.Unlock()
+}
+
+// aLongTimeAgo is a deadline that has passed: a read waiting under it returns at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// waitBegins and waitEnds bracket the reader's wait for a request (readIdle), whose
+// outcome was n bytes and err. waitEnds reports whether the connection parked: then c is
+// no longer the caller's, which returns at once. Else retry says the wait was only cut
+// short by the sweeper and is to be waited again.
+func (c *conn) waitBegins() {
+	if c.parkable {
+		c.readerState.Store(readerWaiting)
+	}
+}
+
+func (c *conn) waitEnds(n int, err error) (parked, retry bool) {
+	if !c.parkable {
+		// A TLS connection parks once its handshake is over, which its first bytes of a
+		// request say: a wait cut short in the middle of the handshake would fail it.
+		c.parkable = n > 0 && c.s.poller != nil && descriptorOf(c.nc) != nil
+		return false, false
+	}
+	if c.readerState.Swap(readerBusy) != readerAsked {
+		return false, false
+	}
+	c.parkMu.Lock() // the sweeper's deadline is set once it lets go
+	c.parkMu.Unlock()
+	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && c.park() {
+		return true, false
+	}
+	if c.s.closing.Load() {
+		return false, false // Shutdown's interrupt: leave its deadline
+	}
+	_ = c.nc.SetReadDeadline(time.Time{})
+	return false, n == 0 && errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// quiet reports whether nothing of c is in flight or held: no request read but not
+// started, no answer unwritten, no fence up, no byte in the account: no other goroutine
+// will look at c again.
+func (c *conn) quiet() bool {
+	if c.building != nil || len(c.batch) > 0 || len(c.pending) > 0 || c.br != nil || c.first != nil {
+		return false
+	}
+	c.fences.collect()
+	if len(c.fences.keys) > 0 {
+		return false
+	}
+	q := &c.answers
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return !q.queuedLocked() && !q.writing && q.broken == nil &&
+		c.acct.held.Load() == 0 && c.acct.unknownKeys.Load() == 0
+}
+
+// park hands the idle connection to the poller, when it is quiet and the server not
+// closing; it reports whether it did.
+func (c *conn) park() bool {
+	s := c.s
+	if s.poller == nil || s.closing.Load() || !c.quiet() {
+		return false
+	}
+	if err := c.nc.SetReadDeadline(time.Time{}); err != nil {
+		return false
+	}
+	if c.answers.deadline { // the last blocking write's bound (the writer token is free: quiet)
+		if err := c.nc.SetWriteDeadline(time.Time{}); err != nil {
+			return false
+		}
+	}
+	p := parked{
+		handler: c.handler, nc: c.nc, login: c.login.Load(), perKey: c.acct.perKey.Load(), failedLogins: int32(c.failedLogins),
+		affinity: c.chain.Affinity(), binary: c.binary, sniffed: c.sniffed, measured: c.acct.measured.Load(),
+	}
+	if c.chain.Remembers() {
+		p.chain = c.chain
+	}
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	if !s.poller.park(&p) { // closing
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		return false
+	}
+	s.parkedWave.Add(1)
+	return true // c is garbage now: a woken connection gets a new one
+}
+
+// wake serves a parked connection again, on its own goroutine: the poller's, or Shutdown's
+// and SetAuth's.
+func (s *Server) wake(p parked) {
+	chain := p.chain
+	if chain == nil {
+		chain = turn.NewChain(p.affinity)
+	}
+	c := newConn(s, p.handler, p.nc, chain)
+	c.login.Store(p.login)
+	c.failedLogins, c.binary, c.sniffed = int(p.failedLogins), p.binary, p.sniffed
+	c.acct.perKey.Store(p.perKey)
+	c.acct.measured.Store(p.measured)
+	if p.sniffed {
+		if lim := s.limits(); p.binary {
+			c.bin = protocol.NewBinaryReader(nil, lim)
+		} else {
+			c.text = protocol.NewTextReader(nil, lim)
+		}
+	}
+	s.mu.Lock()
+	s.conns[c] = struct{}{} // listed before serve looks at closing: Shutdown interrupts it, or it sees closing
+	s.mu.Unlock()
+	c.serveAndClose()
+}
+
+// closeParked closes a parked connection taken out of the poller.
+func (s *Server) closeParked(p parked) {
+	_ = p.nc.Close()
+	s.gone(nil)
+}
+
+// handshakeDone reports whether nc, when TLS, has completed its handshake.
+func handshakeDone(nc net.Conn) bool {
+	t, ok := nc.(*tls.Conn)
+	return !ok || t.ConnectionState().HandshakeComplete
+}
+
+// descriptorOf is the socket under nc, for the poller: a TCP or Unix socket, or the one
+// under TLS; nil for any other connection, which never parks.
+func descriptorOf(nc net.Conn) syscall.RawConn {
+	if t, ok := nc.(*tls.Conn); ok {
+		nc = t.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return raw
+}

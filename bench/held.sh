@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What idle client connections cost: CONNS connections that each send one get and then stay
 # open, held against memcached directly, twemproxy (nutcracker) and moxi (plain TCP, and TLS
-# apart) in the same run, interleaved round by round. Per connection: the growth of each
+# apart: moxi-tls) in the same run, interleaved round by round, each a fresh process. Per connection: the growth of each
 # server's resident memory after SETTLE, and moxi's live heap (after a collection) and
 # goroutines; then every held connection speaks again and must be answered. A probe
 # connection's get p99 without and with the held connections shows what they cost others.
@@ -31,12 +31,19 @@ fi
 ulimit -n "$(ulimit -Hn)"
 
 mc=$(freeport); start_memcached "$mc"
-direct=$(freeport); spawn memcached -u nobody -l 127.0.0.1 -p "$direct" -U 0 -m 64 -t 4 -c $((CONNS + 1000)); directpid=${pids[-1]}; waitport "$direct"
-tw=$(freeport); start_twemproxy "$tw" "$mc"; twpid=${pids[-1]}
-# start_held_moxi PORT ADMIN: moxi (or $MOXI_BIN) in front of memcached, taking CONNS and more.
+
+# A certificate for moxi's TLS listener (moxi-tls).
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=127.0.0.1 \
+	-addext subjectAltName=IP:127.0.0.1 -keyout "$work/tls.key" -out "$work/tls.crt" 2>/dev/null
+
+# start_held_moxi PORT ADMIN [TLS]: moxi (or $MOXI_BIN) in front of memcached, taking CONNS
+# and more; with TLS (any word) its listener is TLS.
 start_held_moxi() {
+	local tls=""
+	[ -z "${3:-}" ] || tls="tls: {cert: $work/tls.crt, key: $work/tls.key}"
 	cat >"$work/moxi.$1.yaml" <<YAML
 listen: 127.0.0.1:$1
+$tls
 admin: 127.0.0.1:$2
 watch_config: false
 limits: {max_connections: $((CONNS + 1000))}
@@ -47,24 +54,31 @@ YAML
 	spawn "${MOXI_BIN:-$work/moxi}" --config "$work/moxi.$1.yaml" --log-level warn --pprof
 	waitport "$1"
 }
-mxadmin=$(freeport)
-mx=$(freeport); start_held_moxi "$mx" "$mxadmin"; mxpid=${pids[-1]}
-targets=(memcached twemproxy moxi)
-declare -A addr=([memcached]=$direct [twemproxy]=$tw [moxi]=$mx)
-declare -A pidof=([memcached]=$directpid [twemproxy]=$twpid [moxi]=$mxpid)
-declare -A adminof=([moxi]=$mxadmin)
-if [ -x "$work/moxi-base" ]; then
-	mxbadmin=$(freeport)
-	mxb=$(freeport); MOXI_BIN="$work/moxi-base" start_held_moxi "$mxb" "$mxbadmin"
-	targets+=(moxi-base); addr[moxi-base]=$mxb; pidof[moxi-base]=${pids[-1]}; adminof[moxi-base]=$mxbadmin
-fi
 
+# start_target NAME: a fresh process of NAME, so that each round measures from its start;
+# sets port, pid and admin.
+start_target() {
+	port=$(freeport) admin=
+	case $1 in
+	memcached) spawn memcached -u nobody -l 127.0.0.1 -p "$port" -U 0 -m 64 -t 4 -c $((CONNS + 1000)); waitport "$port" ;;
+	twemproxy) start_twemproxy "$port" "$mc" ;;
+	moxi) admin=$(freeport); start_held_moxi "$port" "$admin" ;;
+	moxi-tls) admin=$(freeport); start_held_moxi "$port" "$admin" tls ;;
+	moxi-base) admin=$(freeport); MOXI_BIN="$work/moxi-base" start_held_moxi "$port" "$admin" ;;
+	esac
+	pid=${pids[-1]}
+}
+
+targets=(memcached twemproxy moxi moxi-tls)
+[ -x "$work/moxi-base" ] && targets+=(moxi-base)
 for round in $(seq "$ROUNDS"); do
 	for t in "${targets[@]}"; do
-		out=$("$work/held" -addr "127.0.0.1:${addr[$t]}" -pid "${pidof[$t]}" -conns "$CONNS" -settle "$SETTLE" \
-			-sources "$SOURCES" ${adminof[$t]:+-admin "127.0.0.1:${adminof[$t]}"})
+		start_target "$t"
+		out=$("$work/held" -addr "127.0.0.1:$port" -pid "$pid" -conns "$CONNS" -settle "$SETTLE" \
+			-sources "$SOURCES" ${admin:+-admin "127.0.0.1:$admin"} $([ "$t" = moxi-tls ] && echo -tls))
+		kill "$pid"
 		echo "round $round $t: $out"
-		for field in rss_kb_per_conn heap_kb_per_conn probe_p99_us answered_again; do
+		for field in rss_kb_per_conn heap_kb_per_conn probe_p99_us; do
 			v=$(tr ' ' '\n' <<<"$out" | grep -A1 -x "$field" | tail -1 || true)
 			[ -n "$v" ] && echo "${v%%→*}" >>"$work/$t.$field.before" && echo "${v##*→}" >>"$work/$t.$field"
 		done

@@ -14,6 +14,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -36,8 +37,12 @@ func main() {
 	settle := flag.Duration("settle", 10*time.Second, "time the connections stay idle before the memory is read")
 	admin := flag.String("admin", "", "moxi's admin address (with --pprof): live heap and goroutines")
 	sources := flag.String("sources", "127.0.0.1", "comma-separated local addresses to connect from")
-	probes := flag.Int("probes", 2000, "gets of the probe connection before and after the hold")
+	probes := flag.Int("probes", 5000, "gets of the probe connection before and after the hold")
+	useTLS := flag.Bool("tls", false, "connect with TLS (the server's certificate is not verified)")
 	flag.Parse()
+	if *useTLS {
+		wrap = func(c net.Conn) net.Conn { return tls.Client(c, &tls.Config{InsecureSkipVerify: true}) }
+	}
 	raiseFileLimit()
 
 	probeBefore := probe(*addr, *probes)
@@ -58,6 +63,7 @@ func main() {
 				d := net.Dialer{LocalAddr: local, Timeout: 10 * time.Second}
 				c, err := d.Dial("tcp", *addr)
 				if err == nil {
+					c = wrap(c)
 					err = getOnce(c, i)
 				}
 				if err != nil {
@@ -105,6 +111,9 @@ func main() {
 	fmt.Printf(" probe_p99_us %.0f→%.0f probe_p50_us %.0f→%.0f\n", probeBefore[1], probeHeld[1], probeBefore[0], probeHeld[0])
 }
 
+// wrap makes a connection TLS with -tls.
+var wrap = func(c net.Conn) net.Conn { return c }
+
 // getOnce sends one get of a key named for i and reads its (miss) answer.
 func getOnce(c net.Conn, i int) error {
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
@@ -127,10 +136,11 @@ func probe(addr string, n int) [2]float64 {
 	if n <= 0 {
 		return [2]float64{}
 	}
-	c, err := net.Dial("tcp", addr)
+	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		log.Fatal(err)
 	}
+	c := wrap(nc)
 	defer c.Close()
 	r := bufio.NewReader(c)
 	lat := make([]float64, 0, n)

@@ -3,8 +3,10 @@ package frontend
 import (
 	"crypto/tls"
 	"errors"
+	"maps"
 	"net"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -29,8 +31,8 @@ const parkCheck = 100 * time.Millisecond
 
 // A wave of parked connections leaves their goroutine stacks and conns free in the heap,
 // which the runtime returns to the system over minutes. After releaseAfter of them the
-// sweeper returns it at once (a collection and a scavenge, a few milliseconds), at most
-// once per releaseEvery.
+// sweeper returns it at once (two collections and a scavenge, a few milliseconds), at
+// most once per releaseEvery.
 const (
 	releaseAfter = 1024
 	releaseEvery = 10 * time.Second
@@ -87,6 +89,7 @@ func (s *Server) sweep() {
 		case now := <-tick.C:
 			if s.parkedWave.Load() >= releaseAfter && now.Sub(released) >= releaseEvery {
 				s.parkedWave.Store(0)
+				runtime.GC() // the pools' buffers survive one collection, as sync.Pool's victims
 				debug.FreeOSMemory()
 				released = now
 			}
@@ -94,6 +97,12 @@ func (s *Server) sweep() {
 		s.mu.Lock()
 		for c := range s.conns {
 			c.tick()
+		}
+		if len(s.conns) < s.connsPeak/4 {
+			// Most connections parked: a map keeps its size once grown, so make it anew.
+			conns := make(map[*conn]struct{}, len(s.conns))
+			maps.Copy(conns, s.conns)
+			s.conns, s.connsPeak = conns, len(conns)
 		}
 		s.mu.Unlock()
 	}

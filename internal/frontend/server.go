@@ -103,6 +103,7 @@ type Server struct {
 	cancel    context.CancelFunc        // ends ctx when Shutdown gives up waiting; guarded by mu
 	listeners map[net.Listener]struct{} // guarded by mu
 	conns     map[*conn]struct{}        // guarded by mu
+	connsPeak int                       // the most conns held since the sweeper last made it anew; guarded by mu
 	done      sync.WaitGroup            // one per live connection
 	workers   sync.WaitGroup            // one per worker goroutine
 }
@@ -375,6 +376,7 @@ func (s *Server) addConn(c *conn) bool {
 		s.conns = make(map[*conn]struct{})
 	}
 	s.conns[c] = struct{}{}
+	s.connsPeak = max(s.connsPeak, len(s.conns))
 	s.done.Add(1)
 	return true
 }

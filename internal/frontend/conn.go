@@ -97,6 +97,7 @@ type conn struct {
 
 	// Parking (park.go).
 	parkable    bool         // the poller can watch nc's socket, and a TLS handshake is over; owned by the reader
+	handshaking bool         // the poller can watch nc's socket once its TLS handshake is over; owned by the reader
 	readerState atomic.Int32 // readerBusy, readerWaiting…: the reader's, as the sweeper sees it
 	parkMu      sync.Mutex   // held by the sweeper while it asks the reader to park
 }
@@ -113,7 +114,10 @@ func newConn(s *Server, h Handler, nc net.Conn, chain *turn.Chain) *conn {
 	case *net.UnixConn:
 		c.raw, _ = plain.SyscallConn()
 	}
-	c.parkable = s.poller != nil && descriptorOf(nc) != nil && handshakeDone(nc)
+	if s.poller != nil && descriptorOf(nc) != nil {
+		c.parkable = handshakeDone(nc)
+		c.handshaking = !c.parkable
+	}
 	c.answers.init(s, nc, c.raw, &c.acct, c.fences.lower)
 	return c
 }

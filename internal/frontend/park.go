@@ -19,9 +19,10 @@ import (
 // (a PHP or Python fleet holds one per worker); a goroutine and a conn each would cost them
 // about 10 KB apiece. So a connection whose reader has waited parkCheck to 2×parkCheck for
 // its next request, with nothing in flight, parks: it keeps only a parked record (its
-// socket, listener, protocol, login and chain), and its conn and goroutine end; the poller (poller_linux.go) serves it again on a new goroutine when its
-// socket becomes readable or hangs up. A connection that is busy pays for this an atomic
-// store and swap per idle wait, nothing else: the sweeper finds the idle ones.
+// socket, listener, protocol, login and chain), and its conn and goroutine end; the poller
+// (poller_linux.go) serves it again on a new goroutine when its socket becomes readable or
+// hangs up. A connection that is busy pays for this an atomic store and swap per wait for
+// a request, nothing else: the sweeper finds the idle ones.
 
 // parkCheck is the sweeper's period. Short, so that a wave of connections that go idle
 // (a fleet's workers starting, say) never holds a goroutine each for long: the runtime
@@ -29,10 +30,11 @@ import (
 // longer than that between requests pays a park and a wake-up (microseconds) per request.
 const parkCheck = 100 * time.Millisecond
 
-// A wave of parked connections leaves their goroutine stacks and conns free in the heap,
-// which the runtime returns to the system over minutes. After releaseAfter of them the
-// sweeper returns it at once (two collections and a scavenge, a few milliseconds), at
-// most once per releaseEvery.
+// A wave of connections that park leaves their goroutine stacks and conns free in the
+// heap, which the runtime returns to the system over minutes. When releaseAfter more are
+// parked than at its last release, the sweeper returns it at once (two collections and a
+// scavenge, a few milliseconds), at most once per releaseEvery. Connections that park and
+// wake in turn, their number steady, cause none.
 const (
 	releaseAfter = 1024
 	releaseEvery = 10 * time.Second
@@ -82,16 +84,18 @@ func (s *Server) sweep() {
 	tick := time.NewTicker(parkCheck)
 	defer tick.Stop()
 	var released time.Time
+	var releasedAt int // connections parked at the last release
 	for {
 		select {
 		case <-s.stop:
 			return
 		case now := <-tick.C:
-			if s.parkedWave.Load() >= releaseAfter && now.Sub(released) >= releaseEvery {
-				s.parkedWave.Store(0)
+			parked := s.poller.parked()
+			releasedAt = min(releasedAt, parked)
+			if parked-releasedAt >= releaseAfter && now.Sub(released) >= releaseEvery {
 				runtime.GC() // the pools' buffers survive one collection, as sync.Pool's victims
 				debug.FreeOSMemory()
-				released = now
+				released, releasedAt = now, parked
 			}
 		}
 		s.mu.Lock()
@@ -138,7 +142,7 @@ func (c *conn) waitEnds(n int, err error) (parked, retry bool) {
 	if !c.parkable {
 		// A TLS connection parks once its handshake is over, which its first bytes of a
 		// request say: a wait cut short in the middle of the handshake would fail it.
-		c.parkable = n > 0 && c.s.poller != nil && descriptorOf(c.nc) != nil
+		c.parkable, c.handshaking = c.handshaking && n > 0, c.handshaking && n == 0
 		return false, false
 	}
 	if c.readerState.Swap(readerBusy) != readerAsked {
@@ -196,16 +200,13 @@ func (c *conn) park() bool {
 	if c.chain.Remembers() {
 		p.chain = c.chain
 	}
+	// Out of conns and into the poller at once, for SetAuth, which looks at both.
 	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
 	if !s.poller.park(&p) { // closing
-		s.mu.Lock()
-		s.conns[c] = struct{}{}
-		s.mu.Unlock()
 		return false
 	}
-	s.parkedWave.Add(1)
+	delete(s.conns, c)
 	return true // c is garbage now: a woken connection gets a new one
 }
 

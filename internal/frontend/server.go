@@ -1,6 +1,7 @@
-// Package frontend accepts memcached clients: one goroutine per connection decodes requests
-// (text or binary, told apart by the first byte), hands each to a Handler and writes the
-// answers back in order.
+// Package frontend accepts memcached clients: one goroutine per busy connection decodes
+// requests (text or binary, told apart by the first byte), hands each to a Handler and
+// writes the answers back in order; an idle connection parks, holding no goroutine
+// (park.go).
 package frontend
 
 import (
@@ -89,9 +90,8 @@ type Server struct {
 	idle       atomic.Int32  // workers waiting on work
 	stop       chan struct{} // closed by Shutdown: idle workers exit
 	stopOnce   sync.Once
-	tasks      sync.Pool    // of *task, with their buffers, lent to connections per request
-	poller     *poller      // wakes parked connections; nil where connections do not park; set by the first Serve
-	parkedWave atomic.Int64 // connections parked since the sweeper last returned memory (park.go)
+	tasks      sync.Pool // of *task, with their buffers, lent to connections per request
+	poller     *poller   // wakes parked connections; nil where connections do not park; set by the first Serve
 
 	// valueBytes is a running average of the value sizes multi-key gets fetch, which sizes
 	// the parts a large multi-key get is answered in (see partKeys); 0 until the first.

@@ -30,6 +30,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/discover"
 	"github.com/moxi-proxy/moxi/internal/frontend"
+	"github.com/moxi-proxy/moxi/internal/procs"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/reload"
@@ -264,6 +265,9 @@ func checkSummary(name string, t *topology.Topology) string {
 // SIGHUP, POST /reload and (with watch_config) a change of the file reload the config.
 func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	cfg := loaded.Config
+	procsCtx, stopProcs := context.WithCancel(context.Background())
+	defer stopProcs()
+	go procs.Run(procsCtx, os.Getenv, func(n int) { logger.Debug("threads running Go code", "gomaxprocs", n) })
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The clients' buckets (metrics.latency_buckets), so that a server's latency and the

@@ -9,6 +9,7 @@ package procs
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"runtime/metrics"
 	"syscall"
@@ -125,10 +126,18 @@ func percentile(counts, before []uint64, buckets []float64, q float64) time.Dura
 	var seen uint64
 	for i := range counts {
 		if seen += counts[i] - at(before, i); seen > want {
-			return time.Duration(buckets[i+1] * float64(time.Second))
+			return seconds(buckets[i+1], buckets[i])
 		}
 	}
-	return time.Duration(buckets[len(buckets)-1] * float64(time.Second))
+	return seconds(buckets[len(buckets)-1], buckets[len(buckets)-2])
+}
+
+// seconds is bound as a duration, or lower when bound is the last bucket's +Inf.
+func seconds(bound, lower float64) time.Duration {
+	if math.IsInf(bound, 1) {
+		bound = lower
+	}
+	return time.Duration(bound * float64(time.Second))
 }
 
 func at(s []uint64, i int) uint64 {

@@ -2,6 +2,7 @@ package procs
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -43,6 +44,11 @@ func TestPercentile(t *testing.T) {
 	}
 	if got := percentile(before, before, buckets, 0.9); got != 0 {
 		t.Errorf("no waits since: %v, want 0", got)
+	}
+	// The runtime's last bucket ends at +Inf: a wait there counts as its lower bound.
+	inf := []float64{0, 1e-6, 1e-3, math.Inf(1)}
+	if got := percentile([]uint64{0, 0, 10}, nil, inf, 0.9); got != time.Millisecond {
+		t.Errorf("p90 in the last bucket = %v, want 1ms", got)
 	}
 }
 

@@ -114,7 +114,7 @@ func newConn(s *Server, h Handler, nc net.Conn, chain *turn.Chain) *conn {
 	case *net.UnixConn:
 		c.raw, _ = plain.SyscallConn()
 	}
-	if s.poller != nil && descriptorOf(nc) != nil {
+	if s.poller != nil && (c.raw != nil || descriptorOf(nc) != nil) { // a plain socket's descriptor is c.raw already
 		c.parkable = handshakeDone(nc)
 		c.handshaking = !c.parkable
 	}

@@ -1,7 +1,10 @@
 // Command pipeline times one pipeline of memcached requests on one connection: the time from
-// writing all of them in one write to reading the last answer. bench/pipeline.sh runs it once
-// per target, case and round; it prints the median of its repetitions in microseconds and
-// appends every repetition to -samples.
+// writing all of them in one write to reading the last answer. -addr may name several targets
+// (comma-separated): each has its own connection, and the repetitions alternate between them,
+// one each in turn, so that a machine that slows down or speeds up during the run weighs on
+// every target alike. bench/pipeline.sh runs it once per case and round; it prints the median
+// of each target's repetitions in microseconds (space-separated, in -addr's order) and appends
+// every repetition to that target's file in -samples (comma-separated too).
 //
 // Cases, each over -n keys k0 … k<n-1> with 10-byte values:
 //
@@ -26,27 +29,35 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
 func main() {
-	addr := flag.String("addr", "", "memcached (or proxy) `host:port`")
+	addr := flag.String("addr", "", "memcached (or proxy) `host:port`, or several, comma-separated")
 	name := flag.String("case", "set", "set, get, binary, ms or mg")
 	n := flag.Int("n", 100, "requests in one pipeline")
 	reps := flag.Int("reps", 200, "timed repetitions")
 	warmup := flag.Int("warmup", 20, "untimed repetitions first")
 	timeout := flag.Duration("timeout", 5*time.Second, "bound on each repetition")
-	samples := flag.String("samples", "", "append each repetition's µs to this `file`")
+	samples := flag.String("samples", "", "append each repetition's µs to this `file` (one per -addr, comma-separated)")
 	flag.Parse()
-	if err := run(*addr, *name, *n, *reps, *warmup, *timeout, *samples); err != nil {
+	var files []string
+	if *samples != "" {
+		files = strings.Split(*samples, ",")
+	}
+	if err := run(strings.Split(*addr, ","), *name, *n, *reps, *warmup, *timeout, files); err != nil {
 		fmt.Fprintln(os.Stderr, "pipeline:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, name string, n, reps, warmup int, timeout time.Duration, samples string) error {
+func run(addrs []string, name string, n, reps, warmup int, timeout time.Duration, samples []string) error {
 	if n < 1 || reps < 1 || warmup < 0 {
 		return errors.New("-n and -reps must be at least 1, -warmup at least 0")
+	}
+	if samples != nil && len(samples) != len(addrs) {
+		return fmt.Errorf("-samples names %d files for %d addresses", len(samples), len(addrs))
 	}
 	var req, want []byte
 	switch name {
@@ -63,35 +74,45 @@ func run(addr, name string, n, reps, warmup int, timeout time.Duration, samples 
 	default:
 		return fmt.Errorf("-case %q is not set, get, binary, ms or mg", name)
 	}
-	c, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return fmt.Errorf("dial %s: %w", addr, err)
-	}
-	defer c.Close()
-	if name == "get" || name == "mg" {
-		// The keys must hold their values before the gets are timed.
-		sets, stored := textSets(n)
-		if _, err := roundTrip(c, sets, stored, timeout, false); err != nil {
-			return fmt.Errorf("setting the keys: %w", err)
-		}
-	}
-	µs := make([]float64, 0, reps)
-	for i := range warmup + reps {
-		d, err := roundTrip(c, req, want, timeout, name == "binary")
+	conns := make([]net.Conn, len(addrs))
+	for i, addr := range addrs {
+		c, err := net.DialTimeout("tcp", addr, timeout)
 		if err != nil {
-			return fmt.Errorf("%s repetition %d: %w", name, i, err)
+			return fmt.Errorf("dial %s: %w", addr, err)
 		}
-		if i >= warmup {
-			µs = append(µs, float64(d.Nanoseconds())/1e3)
+		defer c.Close()
+		conns[i] = c
+		if name == "get" || name == "mg" {
+			// The keys must hold their values before the gets are timed.
+			sets, stored := textSets(n)
+			if _, err := roundTrip(c, sets, stored, timeout, false); err != nil {
+				return fmt.Errorf("%s: setting the keys: %w", addr, err)
+			}
 		}
 	}
-	if samples != "" {
-		if err := appendSamples(samples, µs); err != nil {
-			return err
+	µs := make([][]float64, len(addrs))
+	for i := range warmup + reps {
+		for j, c := range conns {
+			d, err := roundTrip(c, req, want, timeout, name == "binary")
+			if err != nil {
+				return fmt.Errorf("%s: %s repetition %d: %w", addrs[j], name, i, err)
+			}
+			if i >= warmup {
+				µs[j] = append(µs[j], float64(d.Nanoseconds())/1e3)
+			}
 		}
 	}
-	slices.Sort(µs)
-	fmt.Printf("%.1f\n", median(µs))
+	medians := make([]string, len(addrs))
+	for j := range addrs {
+		if samples != nil {
+			if err := appendSamples(samples[j], µs[j]); err != nil {
+				return err
+			}
+		}
+		slices.Sort(µs[j])
+		medians[j] = strconv.FormatFloat(median(µs[j]), 'f', 1, 64)
+	}
+	fmt.Println(strings.Join(medians, " "))
 	return nil
 }
 

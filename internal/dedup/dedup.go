@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/moxi-proxy/moxi/internal/keyhash"
 )
@@ -24,6 +25,9 @@ import (
 type Group[V any] struct {
 	mu      sync.Mutex
 	flights map[uint64]*Flight[V] // by keyhash.Sum of the key, chained; guarded by mu
+	// chains is len(flights), stored under mu after each change: Forget reads it without
+	// the lock, so that writes while no read is in flight (most of them) cost no lock.
+	chains atomic.Int32
 	free    sync.Pool             // finished flights nobody followed
 }
 
@@ -66,6 +70,7 @@ func (g *Group[V]) Start(space string, key []byte) (f *Flight[V], leader bool) {
 	f.space, f.key, f.hash = space, append(f.key[:0], key...), h
 	f.next = g.flights[h]
 	g.flights[h] = f
+	g.chains.Store(int32(len(g.flights)))
 	return f, true
 }
 
@@ -96,6 +101,7 @@ func (g *Group[V]) unlink(f *Flight[V]) {
 		}
 	}
 	f.next = nil
+	g.chains.Store(int32(len(g.flights)))
 }
 
 // Finish publishes the leader's result to the followers and ends the flight.
@@ -121,12 +127,17 @@ func (g *Group[V]) Finish(f *Flight[V]) {
 // Forget makes the fetch of key of space in progress unjoinable: callers that Start after Forget
 // returns fetch anew. A write calls it once the server has acknowledged, before answering
 // its client, so that no read that starts after the write can get a value read before it.
+//
+// With no fetch in progress it returns without the lock: a Start that this load does not
+// see stores after it, so its fetch is sent after the write was acknowledged, and reads
+// the new value.
 func (g *Group[V]) Forget(space string, key []byte) {
+	if g.chains.Load() == 0 {
+		return
+	}
 	g.mu.Lock()
-	if len(g.flights) > 0 { // writes without reads in flight skip hashing the key
-		if f := g.find(keyhash.In(space, key), space, key); f != nil {
-			g.unlink(f)
-		}
+	if f := g.find(keyhash.In(space, key), space, key); f != nil {
+		g.unlink(f)
 	}
 	g.mu.Unlock()
 }
@@ -160,5 +171,6 @@ func (g *Group[V]) Then(f *Flight[V], fn func()) {
 func (g *Group[V]) ForgetAll() {
 	g.mu.Lock()
 	clear(g.flights) // a flight's Finish then finds it in no chain
+	g.chains.Store(0)
 	g.mu.Unlock()
 }

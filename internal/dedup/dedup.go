@@ -28,7 +28,7 @@ type Group[V any] struct {
 	// chains is len(flights), stored under mu after each change: Forget reads it without
 	// the lock, so that writes while no read is in flight (most of them) cost no lock.
 	chains atomic.Int32
-	free    sync.Pool             // finished flights nobody followed
+	free   sync.Pool // finished flights nobody followed
 }
 
 // Flight is one fetch in progress. Val and Err are written by the leader before Finish and

@@ -36,6 +36,10 @@ var exportedFamilies = []exportedMetric{
 	{"moxi_dedup_coalesced_total", dto.MetricType_COUNTER, nil},
 	{"moxi_hotcache_hits_total", dto.MetricType_COUNTER, nil},
 	{"moxi_hotcache_misses_total", dto.MetricType_COUNTER, nil},
+	{"moxi_hotcache_invalidations_total", dto.MetricType_COUNTER, []string{"source"}},
+	// Hot keys and the tier's hot caches (internal/admin, internal/peers).
+	{"moxi_hot_key_share", dto.MetricType_GAUGE, []string{"pool"}},
+	{"moxi_peer_invalidations_total", dto.MetricType_COUNTER, []string{"peer", "result"}},
 	{"moxi_fire_and_forget_pending", dto.MetricType_GAUGE, nil},
 	{"moxi_fire_and_forget_written_total", dto.MetricType_COUNTER, nil},
 	{"moxi_fire_and_forget_failed_total", dto.MetricType_COUNTER, nil},
@@ -427,6 +431,16 @@ func exported(fams map[string]*dto.MetricFamily, name string) bool {
 // hot cache, fire-and-forget, a pool that warms up from another and shadows to it) exports
 // exactly exportedFamilies, each with its type and labels, and every metric the deployment
 // files query.
+// peerToken writes a hot_cache.peer_token_file and returns its path.
+func peerToken(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "peer-token")
+	if err := os.WriteFile(path, []byte("tier-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestDeployMetricsExported(t *testing.T) {
 	t.Parallel() // mostly waits (timers, expiries, child tools): beside the other waiting tests
 	used := deployedMetrics(t)
@@ -488,9 +502,12 @@ routes:
     pool: zoned
 hot_cache:
   prefixes: ["hot:"]
+  peers: [%q]
+  peer_token_file: %q
+hot_keys: {}
 fire_and_forget:
   prefixes: ["ff:"]
-`, mcPort, dns.Addr, mc.Addr, newMC.Addr, oldMC.Addr, freeAddr(t), zoneA.Addr, zoneB.Addr))
+`, mcPort, dns.Addr, mc.Addr, newMC.Addr, oldMC.Addr, freeAddr(t), zoneA.Addr, zoneB.Addr, freeAddr(t), peerToken(t)))
 	admin := freeAddr(t)
 	p := startMoxi(t, "--config", cfg, "--admin", admin)
 	if err := memcachedtest.WaitListening(admin, 5*time.Second); err != nil {

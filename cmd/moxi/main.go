@@ -30,6 +30,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/discover"
 	"github.com/moxi-proxy/moxi/internal/frontend"
+	"github.com/moxi-proxy/moxi/internal/peers"
 	"github.com/moxi-proxy/moxi/internal/procs"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
@@ -328,6 +329,9 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	}
 	front.RegisterMetrics(reg)
 	front.SetAuth(clientAuth(cfg))
+	// The other moxi of the tier, told of each write whose key their hot caches may hold.
+	notifier := peers.New(peers.Options{Registry: reg, Logger: logger})
+	defer notifier.Close()
 	px := proxy.New(pending.Topology, proxy.Options{
 		Release:         moxi.Release,
 		Build:           moxi.Build(version),
@@ -339,6 +343,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		MaxPending:      cfg.FireAndForget.MaxPending,
 		MaxPendingBytes: cfg.FireAndForget.MaxPendingBytes,
 		Features:        features,
+		Peers:           notifier,
 		Logger:          logger,
 	})
 	front.Handler, front.Rejected = px, px.CountRejected
@@ -354,6 +359,11 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		Logger:    logger, Registry: reg, Grace: grace,
 	}, loaded)
 	close(rlReady)
+	peersCtx, stopPeers := context.WithCancel(context.Background())
+	followingPeers := make(chan struct{})
+	go func() { defer close(followingPeers); followPeers(peersCtx, notifier, rl.Config, logger) }()
+	defer func() { stopPeers(); <-followingPeers }()
+	reg.MustRegister(admin.NewHotKeyCollector(px))
 	reg.MustRegister(admin.NewServerCollector(px, cfg.Metrics.PerServer), admin.NewMigrationCollector(builder), admin.BuildInfo(moxi.Version(version)), admin.ConfigInfo(rl))
 	reg.MustRegister(admin.StandInCollectors(builder.StandIns(), topology.MaxStandInKeys)...)
 
@@ -421,7 +431,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 			return listenError("admin", cfg.Admin, `another moxi? pick another with --admin, or turn it off with --admin ""`, err)
 		}
 		adminServer = admin.NewServer(
-			admin.Handler(admin.Sources{Registry: reg, Topologies: px, Migrations: builder, Reloader: rl, Draining: draining.Load, Pprof: o.pprof}),
+			admin.Handler(admin.Sources{Registry: reg, Topologies: px, Migrations: builder, Reloader: rl, Draining: draining.Load, Pprof: o.pprof, Invalidator: px}),
 			admin.DefaultBounds, slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 		go func() {
 			if err := adminServer.Serve(admin.Listen(aln, admin.DefaultBounds)); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -45,6 +47,8 @@ type Sources struct {
 	Reloader   Reloader    // its Config's AdminToken, when set, guards every path but the open ones
 	Draining   func() bool // reports that moxi is shutting down: /readyz answers 503; nil = never
 	Pprof      bool        // serve /debug/pprof/
+	// Invalidator takes POST /invalidate's keys (a peer's writes); nil: the path is not served.
+	Invalidator Invalidator
 }
 
 // openPaths are served without the admin token: what probes and Prometheus read, which
@@ -79,6 +83,8 @@ var Endpoints = []struct{ Pattern, Doc string }{
 	{"GET /migrations", "every migration and reshard, as JSON"},
 	{"POST /reload", "reload the config file: what changed, or why not"},
 	{"GET /config", "the config in service, every default filled in, as YAML"},
+	{"GET /hotkeys", "each pool's hottest keys (hot_keys), as JSON"},
+	{"POST /invalidate", "drop keys from the hot cache (JSON lines from a peer)"},
 	{"GET /debug/pprof/", "Go's profiles, with --pprof only"},
 }
 
@@ -132,6 +138,12 @@ func Handler(src Sources) http.Handler {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(out)
 	})
+	mux.HandleFunc("GET /hotkeys", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, HotKeys(src.Topologies.Topology()))
+	})
+	if src.Invalidator != nil {
+		mux.HandleFunc("POST /invalidate", invalidate(src.Invalidator))
+	}
 	if src.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -140,14 +152,53 @@ func Handler(src Sources) http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// The token is the running config's: a reload that rotates the file rotates it.
-		if token := rl.Config().AdminToken; len(token) > 0 && !openPaths[r.URL.Path] && !bearer(r, token) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="moxi admin"`)
-			http.Error(w, "401 unauthorized: this path needs \"Authorization: Bearer <the content of admin_token_file>\"", http.StatusUnauthorized)
+		if code, why := refused(rl.Config(), r); code != 0 {
+			if code == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="moxi admin"`)
+			}
+			http.Error(w, why, code)
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// keyPaths show keys, which are the clients' data: like every POST, they answer loopback
+// clients only unless an admin token guards them.
+var keyPaths = map[string]bool{"/route": true, "/hotkeys": true, "/requests": true}
+
+// peerPath is what the peer token (hot_cache.peer_token_file) opens, and nothing else.
+const peerPath = "/invalidate"
+
+// refused is why r may not be served (an HTTP status and its text), or 0. The tokens are
+// the running config's: a reload that rotates a file rotates its token.
+func refused(cfg *config.Config, r *http.Request) (int, string) {
+	if openPaths[r.URL.Path] {
+		return 0, ""
+	}
+	if r.Method == http.MethodPost && r.URL.Path == peerPath && len(cfg.HotCache.PeerToken) > 0 && bearer(r, cfg.HotCache.PeerToken) {
+		return 0, ""
+	}
+	if token := cfg.AdminToken; len(token) > 0 {
+		if bearer(r, token) {
+			return 0, ""
+		}
+		return http.StatusUnauthorized, "401 unauthorized: this path needs \"Authorization: Bearer <the content of admin_token_file>\""
+	}
+	if (r.Method == http.MethodPost || keyPaths[r.URL.Path]) && !loopback(r.RemoteAddr) {
+		return http.StatusForbidden, "403 forbidden: without admin_token_file, " + r.Method + " " + r.URL.Path + " answers loopback clients only"
+	}
+	return 0, ""
+}
+
+// loopback reports whether addr (a request's RemoteAddr, host:port) is a loopback address.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // bearer reports whether r carries "Authorization: Bearer <token>", compared in constant

@@ -152,6 +152,60 @@ func TestAdminToken(t *testing.T) {
 	}
 }
 
+// TestKeyPathsAndPosts: without admin_token_file, the paths that show keys and every POST
+// answer loopback clients only; the peer token opens POST /invalidate and nothing else.
+func TestKeyPathsAndPosts(t *testing.T) {
+	cfg := config.Default()
+	cfg.HotCache.PeerToken = []byte("peer")
+	open := topologyOf(t, map[string][]bool{"main": {true}}).with(cfg).handler(nil)
+	tokenCfg := config.Default()
+	tokenCfg.AdminToken, tokenCfg.HotCache.PeerToken = []byte("admin"), []byte("peer")
+	guarded := topologyOf(t, map[string][]bool{"main": {true}}).with(tokenCfg).handler(nil)
+	const far, near, near6 = "192.0.2.1:1234", "127.0.0.1:1234", "[::1]:1234"
+	cases := []struct {
+		name                       string
+		h                          http.Handler
+		method, path, auth, remote string
+		refused                    int // 0: let through (whatever the path then answers)
+	}{
+		{"reload from afar", open, "POST", "/reload", "", far, 403},
+		{"reload from loopback", open, "POST", "/reload", "", near, 0},
+		{"reload from IPv6 loopback", open, "POST", "/reload", "", near6, 0},
+		{"hotkeys from afar", open, "GET", "/hotkeys", "", far, 403},
+		{"hotkeys from loopback", open, "GET", "/hotkeys", "", near, 0},
+		{"route from afar", open, "GET", "/route?key=a", "", far, 403},
+		{"requests from afar", open, "GET", "/requests", "", far, 403},
+		{"servers from afar", open, "GET", "/servers", "", far, 0},
+		{"metrics from afar", open, "GET", "/metrics", "", far, 0},
+		{"invalidate from afar with the peer token", open, "POST", "/invalidate", "Bearer peer", far, 0},
+		{"invalidate from afar without it", open, "POST", "/invalidate", "", far, 403},
+		{"reload from afar with the peer token", open, "POST", "/reload", "Bearer peer", far, 403},
+		{"admin token: hotkeys from afar with it", guarded, "GET", "/hotkeys", "Bearer admin", far, 0},
+		{"admin token: hotkeys from loopback without it", guarded, "GET", "/hotkeys", "", near, 401},
+		{"admin token: invalidate with the peer token", guarded, "POST", "/invalidate", "Bearer peer", far, 0},
+		{"admin token: invalidate with the admin token", guarded, "POST", "/invalidate", "Bearer admin", far, 0},
+		{"admin token: reload with the peer token", guarded, "POST", "/reload", "Bearer peer", near, 401},
+		{"admin token: config with the peer token", guarded, "GET", "/config", "Bearer peer", near, 401},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest(c.method, c.path, nil)
+			r.RemoteAddr = c.remote
+			if c.auth != "" {
+				r.Header.Set("Authorization", c.auth)
+			}
+			w := httptest.NewRecorder()
+			c.h.ServeHTTP(w, r)
+			switch {
+			case c.refused != 0 && w.Code != c.refused:
+				t.Errorf("%s %s from %s = %d %q, want %d", c.method, c.path, c.remote, w.Code, w.Body, c.refused)
+			case c.refused == 0 && (w.Code == 401 || w.Code == 403):
+				t.Errorf("%s %s from %s = %d %q, want it let through", c.method, c.path, c.remote, w.Code, w.Body)
+			}
+		})
+	}
+}
+
 // TestHalfSentRequestsDropped: clients that send half a request are disconnected when
 // the header timeout passes, or at once when newer connections need their slots, and a
 // whole request is served afterwards.

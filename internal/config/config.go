@@ -24,6 +24,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/moxi-proxy/moxi/internal/hotkeys"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/replica"
@@ -57,6 +58,7 @@ type Config struct {
 
 	Dedup         bool // coalesce identical concurrent gets
 	HotCache      HotCache
+	HotKeys       HotKeys
 	FireAndForget FireAndForget
 
 	Auth *Auth // clients authenticate first; nil: every client is served
@@ -255,12 +257,34 @@ type Route struct {
 	Prefix, Pool string
 }
 
-// HotCache is the proxy-local LRU for keys with one of Prefixes. No prefixes: off.
+// HotCache is the proxy-local LRU for keys with one of Prefixes (and, with HotKeys.Cache,
+// for the keys found hot). No prefixes: off, unless HotKeys.Cache.
+//
+// Peers are the other moxi of this tier, by their admin addresses: a write or delete
+// acknowledged through this moxi drops the key from their hot caches too (POST /invalidate,
+// presenting PeerToken), and theirs from this one's.
 type HotCache struct {
 	Prefixes []string
 	MaxItems int
 	MaxBytes int           // keys + values held; past it the least recently used go
 	TTL      time.Duration // an entry is never served older than this
+
+	Peers         []string  // admin addresses of the other moxi of this tier
+	PeersDiscover *Discover // or: the peers are the answers of a DNS name (port: their admin port); nil: Peers
+	PeerTokenFile string
+	PeerToken     []byte // PeerTokenFile's content, surrounding white space removed; nil without a file
+	PeerTokenLine int    // line of peer_token_file in the file, for messages
+}
+
+// HotKeys is the hot_keys section: a sampled count, per pool, of the keys that take most
+// of its traffic (GET /hotkeys, moxi_hot_key_share). Enabled false: off.
+type HotKeys struct {
+	Enabled  bool          // the section is present
+	Top      int           // keys reported per pool
+	Sample   float64       // fraction of requests counted, in (0, 1]
+	Window   time.Duration // the report covers about this much recent time
+	MinShare float64       // a key is hot while its share of its pool's requests is at least this (cooled below half of it)
+	Cache    bool          // a key found hot is also served from the hot cache (its TTL and bounds), prefix or not
 }
 
 // FireAndForget lists the prefixes whose sets are acknowledged at once and written in the
@@ -303,6 +327,11 @@ const (
 	defaultHotCacheMaxItems = 100000
 	defaultHotCacheMaxBytes = 64 << 20
 	defaultHotCacheTTL      = 2 * time.Second
+	defaultPeersPort        = 9151 // hot_cache.peers_discover.port: admin's default port
+	defaultHotKeysTop       = hotkeys.DefaultTop
+	defaultHotKeysSample    = hotkeys.DefaultSample
+	defaultHotKeysWindow    = hotkeys.DefaultWindow
+	defaultHotKeysMinShare  = hotkeys.DefaultMinShare
 	defaultMaxPending       = 10000
 	defaultMaxPendingBytes  = 64 << 20
 )
@@ -330,6 +359,7 @@ func newConfig() *Config {
 		WatchConfig:   true,
 		Dedup:         true,
 		HotCache:      HotCache{MaxItems: defaultHotCacheMaxItems, MaxBytes: defaultHotCacheMaxBytes, TTL: defaultHotCacheTTL},
+		HotKeys:       HotKeys{Top: defaultHotKeysTop, Sample: defaultHotKeysSample, Window: defaultHotKeysWindow, MinShare: defaultHotKeysMinShare},
 		FireAndForget: FireAndForget{MaxPending: defaultMaxPending, MaxPendingBytes: defaultMaxPendingBytes},
 		Metrics:       Metrics{PerServer: true},
 	}
@@ -399,7 +429,7 @@ func (c *Config) load(filename string, reads ...func(*decoder) func()) error {
 // readFiles runs each read (all of the files c names when none is given) with d.
 func (c *Config) readFiles(d *decoder, reads ...func(*decoder) func()) []func() {
 	if len(reads) == 0 {
-		reads = []func(*decoder) func(){c.readTLS, c.readAdminToken, c.readSecrets}
+		reads = []func(*decoder) func(){c.readTLS, c.readAdminToken, c.readPeerToken, c.readSecrets}
 	}
 	applies := make([]func(), len(reads))
 	for i, read := range reads {
@@ -485,6 +515,30 @@ func (c *Config) readAdminToken(d *decoder) (apply func()) {
 	}
 	return func() {
 		c.AdminToken = token
+	}
+}
+
+// LoadPeerToken reads the file that hot_cache.peer_token_file names into
+// HotCache.PeerToken, so that a missing or empty file fails a load (and --check, and a
+// reload) like a bad value does, and every reload reads a rotated token. filename is used
+// only in error messages. On error c is left as it was.
+func (c *Config) LoadPeerToken(filename string) error { return c.load(filename, c.readPeerToken) }
+
+func (c *Config) readPeerToken(d *decoder) (apply func()) {
+	h := &c.HotCache
+	if h.PeerTokenFile == "" {
+		return func() { h.PeerToken = nil }
+	}
+	data, err := os.ReadFile(h.PeerTokenFile)
+	token := bytes.TrimSpace(data)
+	switch {
+	case err != nil:
+		d.fail(&yaml.Node{Line: h.PeerTokenLine}, "hot_cache.peer_token_file", "%v", err)
+	case len(token) == 0:
+		d.fail(&yaml.Node{Line: h.PeerTokenLine}, "hot_cache.peer_token_file", "%s is empty: it must hold the token", h.PeerTokenFile)
+	}
+	return func() {
+		h.PeerToken = token
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,7 @@ func contractConfig() *Config {
 		Routes:        []Route{{Prefix: "sess:", Pool: "spare"}},
 		Dedup:         true,
 		HotCache:      HotCache{Prefixes: []string{"cfg:", "hot:"}, MaxItems: 100000, MaxBytes: 67108864, TTL: 2 * time.Second},
+		HotKeys:       HotKeys{Top: 20, Sample: 0.01, Window: 10 * time.Second, MinShare: 0.01}, // off: the example leaves it out
 		FireAndForget: FireAndForget{Prefixes: []string{"log:", "sess:"}, MaxPending: 10000, MaxPendingBytes: 67108864},
 		Metrics:       Metrics{PerServer: true},
 	}
@@ -107,6 +109,7 @@ func withoutLines(c *Config) *Config {
 		tls.Line = 0
 		out.TLS = &tls
 	}
+	out.HotCache.PeerTokenLine = 0
 	out.Listeners = nil
 	for _, l := range c.Listeners {
 		l.Line = 0
@@ -311,6 +314,40 @@ func TestValidForms(t *testing.T) {
 			func(c *Config) bool { return c.Pools[0].Embedded == 3 && c.Pools[0].EmbeddedMemoryMB == 8 }},
 		{"empty prefix lists", pool + "    embedded: 1\nhot_cache: {prefixes: []}\nfire_and_forget: {prefixes: []}\n",
 			func(c *Config) bool { return c.HotCache.Prefixes == nil && c.FireAndForget.Prefixes == nil }},
+		{"hot_keys absent: off", pool + "    embedded: 1\n",
+			func(c *Config) bool {
+				return c.HotKeys == HotKeys{Top: 20, Sample: 0.01, Window: 10 * time.Second, MinShare: 0.01}
+			}},
+		{"hot_keys null: off", pool + "    embedded: 1\nhot_keys:\n",
+			func(c *Config) bool { return !c.HotKeys.Enabled }},
+		{"hot_keys empty: on with the defaults", pool + "    embedded: 1\nhot_keys: {}\n",
+			func(c *Config) bool {
+				return c.HotKeys == HotKeys{Enabled: true, Top: 20, Sample: 0.01, Window: 10 * time.Second, MinShare: 0.01}
+			}},
+		{"hot_keys every key", pool + "    embedded: 1\nhot_keys:\n  top: 1000\n  sample: 1\n  window: 1s\n  min_share: 0.5\n  cache: true\n",
+			func(c *Config) bool {
+				return c.HotKeys == HotKeys{Enabled: true, Top: 1000, Sample: 1, Window: time.Second, MinShare: 0.5, Cache: true}
+			}},
+		{"hot_keys cache without hot_cache prefixes", pool + "    embedded: 1\nhot_keys: {cache: true, sample: 0.001, min_share: 0.05}\n",
+			func(c *Config) bool {
+				return c.HotKeys.Cache && c.HotKeys.Sample == 0.001 && c.HotKeys.MinShare == 0.05 && c.HotCache.Prefixes == nil
+			}},
+		{"hot_cache peers", pool + "    embedded: 1\nhot_cache:\n  peers: [10.0.0.2:09151, \"[::1]:9152\", moxi-1.moxi:9151]\n  peer_token_file: /etc/moxi/peer-token\n",
+			func(c *Config) bool {
+				h := c.HotCache
+				return slices.Equal(h.Peers, []string{"10.0.0.2:9151", "[::1]:9152", "moxi-1.moxi:9151"}) && h.PeersDiscover == nil &&
+					h.PeerTokenFile == "/etc/moxi/peer-token" && h.PeerTokenLine == 6 && h.PeerToken == nil
+			}},
+		{"hot_cache peers_discover", pool + "    embedded: 1\nhot_cache:\n  peers: []\n  peers_discover: {dns: moxi.cache.svc}\n  peer_token_file: /t\n",
+			func(c *Config) bool {
+				want := Discover{DNS: "moxi.cache.svc", Port: 9151, Interval: 10 * time.Second, RemoveAfter: time.Minute}
+				h := c.HotCache
+				return h.Peers == nil && h.PeersDiscover != nil && *h.PeersDiscover == want
+			}},
+		{"hot_cache peers_discover empty: none", pool + "    embedded: 1\nhot_cache: {peers: [\"h:1\"], peers_discover: {}, peer_token_file: /t}\n",
+			func(c *Config) bool { return c.HotCache.PeersDiscover == nil && len(c.HotCache.Peers) == 1 }},
+		{"peer_token_file alone", pool + "    embedded: 1\nhot_cache: {peer_token_file: /t}\n",
+			func(c *Config) bool { return c.HotCache.PeerTokenFile == "/t" && c.HotCache.Peers == nil }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -333,6 +370,11 @@ func TestRoundTrip(t *testing.T) {
 		"  \"1\": {embedded: 1, failover: false}\ndefault_pool: \"1\"\nadmin: \"\"\nlisten: \":0\"\n"+
 		"hot_cache: {prefixes: [\"#\", \"- \", \"'\", \"\\\"\"]}\nroutes: [{prefix: \"null\", pool: \"true\"}]\n")
 	srcs["odd"] = odd
+	srcs["hot keys and peers"] = mustParse(t, "pools:\n  p: {embedded: 1}\nhot_cache: {peers: [\"10.0.0.2:9151\", \"[::1]:9152\"], peer_token_file: /etc/moxi/peer-token}\n"+
+		"hot_keys: {top: 7, sample: 0.3, window: 1m30s, min_share: 0.125, cache: true}\n")
+	srcs["hot keys on with defaults"] = mustParse(t, "pools:\n  p: {embedded: 1}\nhot_keys: {}\n")
+	srcs["peers discovered"] = mustParse(t, "pools:\n  p: {embedded: 1}\nhot_cache:\n  peer_token_file: /t\n"+
+		"  peers_discover: {dns: _admin._tcp.moxi.svc, srv: true, interval: 5s, remove_after: 0s, resolver: \"10.96.0.10:53\"}\n")
 	srcs["warm and shadow"] = mustParse(t, "pools:\n  new: {embedded: 1, warm_from: old, shadow: {pool: sandbox, fraction: 0.01}}\n"+
 		"  old: {embedded: 1, shadow: {pool: sandbox, fraction: 1}}\n  sandbox: {embedded: 1, shadow: {pool: \"\", fraction: 0}}\ndefault_pool: new\n")
 	for name, c := range srcs {

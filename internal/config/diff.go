@@ -74,6 +74,8 @@ func DiffSince(started, prev, next *Config) []string {
 	live("hot_cache.max_items", prev.HotCache.MaxItems, next.HotCache.MaxItems)
 	live("hot_cache.max_bytes", prev.HotCache.MaxBytes, next.HotCache.MaxBytes)
 	live("hot_cache.ttl", prev.HotCache.TTL, next.HotCache.TTL)
+	d.peers(prev.HotCache, next.HotCache)
+	d.hotKeys(prev.HotKeys, next.HotKeys)
 	live("fire_and_forget.prefixes", quoteList(prev.FireAndForget.Prefixes), quoteList(next.FireAndForget.Prefixes))
 	restart("fire_and_forget.max_pending", started.FireAndForget.MaxPending, next.FireAndForget.MaxPending)
 	restart("fire_and_forget.max_pending_bytes", started.FireAndForget.MaxPendingBytes, next.FireAndForget.MaxPendingBytes)
@@ -82,6 +84,37 @@ func DiffSince(started, prev, next *Config) []string {
 	restart("metrics.per_server", started.Metrics.PerServer, next.Metrics.PerServer)
 	restart("metrics.latency_buckets", fmt.Sprint(started.Metrics.LatencyBuckets), fmt.Sprint(next.Metrics.LatencyBuckets))
 	return d.lines
+}
+
+// peers reports hot_cache's peers, every change live: the list (when not discovered), the
+// discover section, and the token; never the token itself, since the lines are logged.
+func (d *differ) peers(a, b HotCache) {
+	listed := func(h HotCache) string {
+		if h.PeersDiscover != nil {
+			return quoteList(nil) // the discovered peers are the answers', not the file's
+		}
+		return quoteList(h.Peers)
+	}
+	d.change("", "hot_cache.peers", listed(a), listed(b), "")
+	d.change("", "hot_cache.peers_discover", discoverLine(a.PeersDiscover), discoverLine(b.PeersDiscover), "")
+	d.change("", "hot_cache.peer_token_file", quoteEmpty(a.PeerTokenFile), quoteEmpty(b.PeerTokenFile), "")
+	if a.PeerTokenFile == b.PeerTokenFile && !bytes.Equal(a.PeerToken, b.PeerToken) {
+		d.add("hot_cache.peer_token_file: token changed")
+	}
+}
+
+// hotKeys reports the hot_keys section, every change live: turned on or off, and while it
+// is on, its settings (turned on, those that differ from the previous, default, ones).
+func (d *differ) hotKeys(a, b HotKeys) {
+	d.change("", "hot_keys", onOff(a.Enabled), onOff(b.Enabled), "")
+	if !b.Enabled {
+		return
+	}
+	d.change("", "hot_keys.top", a.Top, b.Top, "")
+	d.change("", "hot_keys.sample", a.Sample, b.Sample, "")
+	d.change("", "hot_keys.window", a.Window, b.Window, "")
+	d.change("", "hot_keys.min_share", a.MinShare, b.MinShare, "")
+	d.change("", "hot_keys.cache", a.Cache, b.Cache, "")
 }
 
 // auth reports the auth section's changes; never a password, since the lines are logged.

@@ -102,6 +102,24 @@ func TestDiff(t *testing.T) {
 		{"admin token rotated in the same file", func(c *Config) {
 			c.AdminToken = []byte("new")
 		}, []string{"admin_token_file: token changed"}},
+		{"hot_keys turned on", func(c *Config) {
+			c.HotKeys.Enabled, c.HotKeys.Top, c.HotKeys.Cache = true, 50, true
+		}, []string{
+			"hot_keys off → on",
+			"hot_keys.top 20 → 50",
+			"hot_keys.cache false → true",
+		}},
+		{"hot_keys turned off", func(c *Config) { c.HotKeys.Enabled = false }, nil}, // prev is off too: nothing
+		{"peers and their token", func(c *Config) {
+			c.HotCache.Peers, c.HotCache.PeerTokenFile, c.HotCache.PeerToken = []string{"10.0.0.2:9151"}, "/etc/moxi/peer-token", []byte("p33r")
+		}, []string{
+			`hot_cache.peers [] → ["10.0.0.2:9151"]`,
+			`hot_cache.peer_token_file "" → /etc/moxi/peer-token`,
+		}},
+		{"peers found in DNS instead", func(c *Config) {
+			c.HotCache.PeersDiscover = &Discover{DNS: "moxi.svc", Port: 9151, Interval: 10 * time.Second, RemoveAfter: time.Minute}
+			c.HotCache.Peers = []string{"10.0.0.7:9151"} // what discovery found: not the file's
+		}, []string{"hot_cache.peers_discover off → A/AAAA moxi.svc port 9151 every 10s remove_after 1m0s resolver \"\""}},
 		{"restart-only settings", func(c *Config) {
 			c.Listen, c.Admin = "127.0.0.1:11311", ""
 			c.Limits = Limits{MaxConnections: 1, MaxKeyBytes: 2, MaxValueBytes: 3, MaxMultigetKeys: 4, AllowFlushAll: true,
@@ -164,6 +182,47 @@ func TestDiffSince(t *testing.T) {
 				t.Errorf("DiffSince = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestDiffHotKeys: every hot_keys setting, and a rotated peer token, is a live change
+// (no restart note), and the token itself is never in a line.
+func TestDiffHotKeys(t *testing.T) {
+	on := func(c *Config) *Config {
+		c.HotKeys.Enabled = true
+		c.HotCache.Peers, c.HotCache.PeerTokenFile, c.HotCache.PeerToken = []string{"10.0.0.2:9151"}, "/t", []byte("old-token")
+		return c
+	}
+	prev, next := on(contractConfig()), on(contractConfig())
+	next.HotKeys = HotKeys{Enabled: true, Top: 5, Sample: 0.5, Window: time.Minute, MinShare: 0.2, Cache: true}
+	next.HotCache.PeerToken = []byte("new-token")
+	want := []string{
+		"hot_cache.peer_token_file: token changed",
+		"hot_keys.top 20 → 5",
+		"hot_keys.sample 0.01 → 0.5",
+		"hot_keys.window 10s → 1m0s",
+		"hot_keys.min_share 0.01 → 0.2",
+		"hot_keys.cache false → true",
+	}
+	if got := Diff(prev, next); !slices.Equal(got, want) {
+		t.Errorf("Diff =\n\t%s\nwant\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+	}
+	next = on(contractConfig())
+	next.HotKeys.Enabled = false
+	if got := Diff(prev, next); !slices.Equal(got, []string{"hot_keys on → off"}) {
+		t.Errorf("hot_keys removed: Diff = %q", got)
+	}
+	parsed := func(src string) *Config {
+		return mustParse(t, "pools:\n  p: {embedded: 1}\n"+src)
+	}
+	got := Diff(parsed("hot_keys: {window: 5s}\n"), parsed("hot_keys: {window: 6s, min_share: 0.02}\n"))
+	if want := []string{"hot_keys.window 5s → 6s", "hot_keys.min_share 0.01 → 0.02"}; !slices.Equal(got, want) {
+		t.Errorf("parsed: Diff = %q, want %q", got, want)
+	}
+	for _, line := range got {
+		if strings.Contains(line, restartNote) {
+			t.Errorf("%q: hot_keys changes live", line)
+		}
 	}
 }
 

@@ -79,7 +79,28 @@ func (c *Config) YAML() ([]byte, error) {
 	put(hot, "max_items", intNode(c.HotCache.MaxItems))
 	put(hot, "max_bytes", intNode(c.HotCache.MaxBytes))
 	put(hot, "ttl", durNode(c.HotCache.TTL))
+	switch h := c.HotCache; {
+	case h.PeersDiscover != nil:
+		put(hot, "peers_discover", discoverNode(h.PeersDiscover))
+		if len(h.Peers) > 0 { // as moxi filled them in from the answers
+			hot.Content[len(hot.Content)-2].LineComment = "discovered: " + strings.Join(h.Peers, ", ")
+		}
+	case len(h.Peers) > 0:
+		put(hot, "peers", listNode(h.Peers))
+	}
+	if c.HotCache.PeerTokenFile != "" {
+		put(hot, "peer_token_file", strNode(c.HotCache.PeerTokenFile)) // the file's name, never the token
+	}
 	put(root, "hot_cache", hot)
+	if k := c.HotKeys; k.Enabled {
+		hk := mapNode()
+		put(hk, "top", intNode(k.Top))
+		put(hk, "sample", floatNode(k.Sample))
+		put(hk, "window", durNode(k.Window))
+		put(hk, "min_share", floatNode(k.MinShare))
+		put(hk, "cache", boolNode(k.Cache))
+		put(root, "hot_keys", hk)
+	}
 	faf := mapNode()
 	put(faf, "prefixes", listNode(c.FireAndForget.Prefixes))
 	put(faf, "max_pending", intNode(c.FireAndForget.MaxPending))
@@ -258,6 +279,11 @@ func boolNode(b bool) *yaml.Node {
 
 func durNode(d time.Duration) *yaml.Node { return strNode(d.String()) }
 
+// floatNode is a number written as briefly as it reads back exactly.
+func floatNode(f float64) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: strconv.FormatFloat(f, 'g', -1, 64)}
+}
+
 // listNode is a flow-style list, ["a", "b"], as prefixes are written in the example.
 func listNode(ss []string) *yaml.Node {
 	n := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
@@ -270,6 +296,23 @@ func listNode(ss []string) *yaml.Node {
 // putDiscover puts a discover section in m, with what it found (servers) in a comment: for
 // --check and GET /config, since a file gives discover instead of servers.
 func putDiscover(m *yaml.Node, dc *Discover, servers []Server) {
+	put(m, "discover", discoverNode(dc))
+	var found []string
+	for _, s := range servers {
+		found = append(found, serverNode(s).Value)
+		if s.Name != "" {
+			found[len(found)-1] = s.Addr + ":" + strconv.Itoa(s.Weight) + " " + s.Name
+		}
+	}
+	if len(found) == 0 {
+		m.Content[len(m.Content)-2].LineComment = "discovered: nothing yet"
+	} else {
+		m.Content[len(m.Content)-2].LineComment = "discovered: " + strings.Join(found, ", ")
+	}
+}
+
+// discoverNode writes a discover section.
+func discoverNode(dc *Discover) *yaml.Node {
 	dm := mapNode()
 	if dc.ConfigEndpoint != "" {
 		put(dm, "config_endpoint", strNode(dc.ConfigEndpoint))
@@ -284,17 +327,5 @@ func putDiscover(m *yaml.Node, dc *Discover, servers []Server) {
 			put(dm, "resolver", strNode(dc.Resolver))
 		}
 	}
-	put(m, "discover", dm)
-	var found []string
-	for _, s := range servers {
-		found = append(found, serverNode(s).Value)
-		if s.Name != "" {
-			found[len(found)-1] = s.Addr + ":" + strconv.Itoa(s.Weight) + " " + s.Name
-		}
-	}
-	if len(found) == 0 {
-		m.Content[len(m.Content)-2].LineComment = "discovered: nothing yet"
-	} else {
-		m.Content[len(m.Content)-2].LineComment = "discovered: " + strings.Join(found, ", ")
-	}
+	return dm
 }

@@ -6,8 +6,10 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -24,7 +26,12 @@ const (
 	maxEmbedded        = 1024    // embedded shards per pool
 	maxRetries         = 100     // attempts multiply the worst-case latency
 	maxValueBytes      = 1 << 30 // memcached's own largest item size (-I 1024m)
+	maxHotKeysTop      = 1000    // keys reported per pool by hot_keys
 )
+
+// minHotKeysWindow is the shortest hot_keys.window: a shorter one counts too few
+// requests, at a sample of a percent, to tell a hot key from noise.
+const minHotKeysWindow = time.Second
 
 // links holds the nodes of names that refer to pools, checked once every pool is known.
 type links struct {
@@ -57,7 +64,7 @@ func Parse(data []byte, filename string) (*Config, error) {
 	return c, nil
 }
 
-// Read is Parse, then LoadTLS, LoadAdminToken and LoadSecrets: what moxi does at every
+// Read is Parse, then LoadTLS, LoadAdminToken, LoadPeerToken and LoadSecrets: what moxi does at every
 // load, with the problems of the file and of the files it names in one error, sorted by
 // line, so that one run of --check reports them all.
 func Read(data []byte, filename string) (*Config, error) {
@@ -206,15 +213,9 @@ func (d *decoder) config(c *Config, root *yaml.Node, l *links) bool {
 		"default_pool": d.str(&c.DefaultPool),
 		"routes":       d.routes(&c.Routes, l),
 		"dedup":        d.boolean(&c.Dedup),
-		"hot_cache": func(v *yaml.Node, path string) {
-			d.mapping(v, path, map[string]field{
-				"prefixes":  d.strings(&c.HotCache.Prefixes),
-				"max_items": d.integer(&c.HotCache.MaxItems, 1, math.MaxInt),
-				"max_bytes": d.integer(&c.HotCache.MaxBytes, 1, math.MaxInt),
-				"ttl":       d.duration(&c.HotCache.TTL, true),
-			})
-		},
-		"auth": func(v *yaml.Node, path string) { c.Auth = d.auth(v, path) },
+		"hot_cache":    func(v *yaml.Node, path string) { d.hotCache(&c.HotCache, v, path) },
+		"hot_keys":     func(v *yaml.Node, path string) { d.hotKeys(&c.HotKeys, v, path) },
+		"auth":         func(v *yaml.Node, path string) { c.Auth = d.auth(v, path) },
 		"readiness": func(v *yaml.Node, path string) {
 			seen := d.mapping(v, path, map[string]field{"pools": d.strings(&c.Readiness.Pools)})
 			if n := seen["pools"]; n != nil && n.Kind == yaml.SequenceNode && len(n.Content) == len(c.Readiness.Pools) {
@@ -446,7 +447,7 @@ func (d *decoder) pool(p *Pool, key, v *yaml.Node, path string) map[string]*yaml
 		"sasl":               func(v *yaml.Node, path string) { p.SASL = d.sasl(v, path) },
 		"warm_from":          d.str(&p.WarmFrom),
 		"shadow":             func(v *yaml.Node, path string) { p.Shadow = d.shadow(v, path) },
-		"discover":           func(v *yaml.Node, path string) { p.Discover = d.discover(v, path) },
+		"discover":           func(v *yaml.Node, path string) { p.Discover = d.discover(v, path, serversDiscover) },
 		"zones":              func(v *yaml.Node, path string) { d.zones(p, v, path) },
 	})
 	if p.DeadBackoffMax < p.DeadBackoff {
@@ -532,9 +533,21 @@ func (d *decoder) sasl(v *yaml.Node, path string) *SASL {
 	return s
 }
 
-// discover reads a pool's discover section; dns is required.
-func (d *decoder) discover(v *yaml.Node, path string) *Discover {
-	disc := &Discover{Port: defaultDiscoverPort, Interval: defaultDiscoverInterval, RemoveAfter: defaultRemoveAfter}
+// discoverKind is what a discover section finds: a pool's servers, or a hot cache's peers.
+type discoverKind struct {
+	port     int    // the default port of A/AAAA answers
+	what     string // what the name's records are, for "dns: required"
+	endpoint bool   // config_endpoint may be given instead of dns
+}
+
+var (
+	serversDiscover = discoverKind{defaultDiscoverPort, "this pool's servers (or config_endpoint)", true}
+	peersDiscover   = discoverKind{defaultPeersPort, "this tier's other moxi, at their admin port", false}
+)
+
+// discover reads a discover section of kind; dns is required.
+func (d *decoder) discover(v *yaml.Node, path string, kind discoverKind) *Discover {
+	disc := &Discover{Port: kind.port, Interval: defaultDiscoverInterval, RemoveAfter: defaultRemoveAfter}
 	n := len(d.errs) + d.dropped
 	seen := d.mapping(v, path, map[string]field{
 		"dns": d.str(&disc.DNS),
@@ -570,6 +583,9 @@ func (d *decoder) discover(v *yaml.Node, path string) *Discover {
 		return nil
 	}
 	switch {
+	case !kind.endpoint && seen["config_endpoint"] != nil && !isNull(seen["config_endpoint"]):
+		// A configuration endpoint lists memcached nodes, never moxi.
+		d.fail(seen["config_endpoint"], join(path, "config_endpoint"), "not here: a configuration endpoint lists memcached nodes; give dns")
 	case disc.DNS != "" && disc.ConfigEndpoint != "":
 		d.fail(seen["config_endpoint"], join(path, "config_endpoint"), "is instead of dns: give one")
 	case disc.ConfigEndpoint != "":
@@ -586,13 +602,108 @@ func (d *decoder) discover(v *yaml.Node, path string) *Discover {
 		if at == nil {
 			at = v
 		}
-		d.fail(at, join(path, "dns"), "required: the name whose records are this pool's servers (or config_endpoint)")
+		d.fail(at, join(path, "dns"), "required: the name whose records are %s", kind.what)
 	}
 	if len(d.errs)+d.dropped != n {
 		d.bad[v] = true
 		return nil
 	}
 	return disc
+}
+
+// hotCache reads the hot_cache section: the LRU's bounds, and the peers it keeps in step
+// with, which need the token they present to each other.
+func (d *decoder) hotCache(h *HotCache, v *yaml.Node, path string) {
+	seen := d.mapping(v, path, map[string]field{
+		"prefixes":  d.strings(&h.Prefixes),
+		"max_items": d.integer(&h.MaxItems, 1, math.MaxInt),
+		"max_bytes": d.integer(&h.MaxBytes, 1, math.MaxInt),
+		"ttl":       d.duration(&h.TTL, true),
+		"peers":     d.peers(&h.Peers),
+		"peers_discover": func(v *yaml.Node, path string) {
+			if v.Kind == yaml.MappingNode && len(v.Content) == 0 {
+				return // {}, the reference example's: no discovery
+			}
+			h.PeersDiscover = d.discover(v, path, peersDiscover)
+		},
+		"peer_token_file": func(v *yaml.Node, path string) {
+			if d.str(&h.PeerTokenFile)(v, path); h.PeerTokenFile != "" {
+				h.PeerTokenLine = v.Line
+			}
+		},
+	})
+	if len(h.Peers) > 0 && h.PeersDiscover != nil {
+		d.fail(seen["peers_discover"], join(path, "peers_discover"), "is instead of peers: give one")
+	}
+	if h.PeerTokenFile == "" && !d.bad[seen["peer_token_file"]] {
+		const what = ": the file holding the token this tier's moxi present to each other's POST /invalidate"
+		switch {
+		case len(h.Peers) > 0:
+			d.fail(seen["peers"], join(path, "peer_token_file"), "required with peers"+what)
+		case h.PeersDiscover != nil:
+			d.fail(seen["peers_discover"], join(path, "peer_token_file"), "required with peers_discover"+what)
+		}
+	}
+}
+
+// peers reads hot_cache.peers: the admin addresses (host:port) of the other moxi of the
+// tier, each once; an empty list leaves dst nil.
+func (d *decoder) peers(dst *[]string) field {
+	return list(d, dst, "a list of admin addresses (host:port)", func(e *yaml.Node, at string, before []string) (string, bool) {
+		a, ok := canonAddr(e.Value, false)
+		switch {
+		case !ok:
+			d.fail(e, at, "%s: another moxi's admin address", badAddr(e.Value))
+		case slices.Contains(before, a):
+			d.fail(e, at, "peer %s listed twice", a)
+		default:
+			return a, true
+		}
+		return "", false
+	})
+}
+
+// hotKeys reads the hot_keys section; present, even empty, it turns the count on.
+func (d *decoder) hotKeys(h *HotKeys, v *yaml.Node, path string) {
+	d.mapping(v, path, map[string]field{
+		"top":    d.integer(&h.Top, 1, maxHotKeysTop),
+		"sample": d.share(&h.Sample, true, "the share of requests counted"),
+		"window": func(v *yaml.Node, path string) {
+			w := h.Window
+			if d.duration(&w, true)(v, path); w != h.Window && w < minHotKeysWindow {
+				d.fail(v, path, "must be at least %s, got %s", minHotKeysWindow, v.Value)
+				return
+			}
+			h.Window = w
+		},
+		"min_share": d.share(&h.MinShare, false, "a hot key's share of its pool's requests"),
+		"cache":     d.boolean(&h.Cache),
+	})
+	h.Enabled = v.Kind == yaml.MappingNode
+}
+
+// share reads a number more than 0 and less than 1, or with oneOK at most 1; what says
+// what it is a share of, for messages.
+func (d *decoder) share(dst *float64, oneOK bool, what string) field {
+	return func(v *yaml.Node, path string) {
+		if !d.scalar(v, path) {
+			return
+		}
+		bound := "less than 1"
+		if oneOK {
+			bound = "at most 1"
+		}
+		var f float64
+		if t := v.ShortTag(); (t != "!!float" && t != "!!int") || v.Decode(&f) != nil {
+			d.fail(v, path, "want a number more than 0 and %s, got %q", bound, v.Value)
+			return
+		}
+		if !(f > 0 && (f < 1 || oneOK && f == 1)) {
+			d.fail(v, path, "must be more than 0 and %s (%s), got %s", bound, what, v.Value)
+			return
+		}
+		*dst = f
+	}
 }
 
 // hashTag reads a pool's hash_tag: none, or two characters as twemproxy takes them.

@@ -24,6 +24,17 @@ func TestReferencePageKeys(t *testing.T) {
 	page := string(data)
 
 	keys := keyPaths(t, everyKeyConfig())
+	// hot_cache.peers and hot_cache.peers_discover are one or the other: the second's keys
+	// come from a config of their own.
+	discovered := everyKeyConfig()
+	discovered.HotCache.Peers = nil
+	discovered.HotCache.PeersDiscover = &Discover{DNS: "moxi-admin.cache.svc.cluster.local", Port: 9151, SRV: true,
+		Interval: 10 * time.Second, RemoveAfter: time.Minute, Resolver: "10.96.0.10:53"}
+	for _, k := range keyPaths(t, discovered) {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
 	for _, k := range keys {
 		if !strings.Contains(page, "`"+k+"`") {
 			t.Errorf("docs/configuration.md does not document `%s`", k)
@@ -73,6 +84,9 @@ func everyKeyConfig() *Config {
 	c.Auth = &Auth{UsersFile: "/etc/moxi/users", Namespaces: true}
 	c.Pools[1].SASL = &SASL{User: "moxi", PasswordFile: "/etc/moxi/sasl-password"}
 	c.Zone = "us-east-1b"
+	c.HotCache.Peers = []string{"10.0.0.2:9151", "10.0.0.3:9151"}
+	c.HotCache.PeerTokenFile = "/etc/moxi/peer-token"
+	c.HotKeys.Enabled, c.HotKeys.Cache = true, true
 	c.Pools = append(c.Pools, &Pool{Name: "zoned", Distribution: p.Distribution, Hash: p.Hash, Zones: []string{"us-east-1a", "us-east-1b"},
 		Servers:      []Server{{Addr: "10.0.1.5:11211", Weight: 1, Zone: "us-east-1a"}},
 		ZoneDiscover: map[string]*Discover{"us-east-1b": {ConfigEndpoint: "cluster-b.cfg.cache.amazonaws.com:11211", Interval: 10 * time.Second}}})

@@ -93,18 +93,21 @@ func appendSetting(out []Setting, path, value string) []Setting {
 	return append(out, Setting{path, settingValue(value)})
 }
 
-// hiddenSettings are the keys "stats settings" never shows: the data port reveals neither the
-// admin address nor where a secret lies on disk. An entry matches the end of a key's path,
-// whole elements ("tls.key" hides tls.key, pools.main.tls.key, listeners.0.tls.key); one
-// beginning with "*" matches the end of the key's last element. A new key naming a file is
-// one more line, unless it ends in "_file".
+// hiddenSettings are the keys "stats settings" never shows: the data port reveals neither an
+// admin address (moxi's own, or its peers') nor where a secret lies on disk. An entry
+// matches the end of a key's path, whole elements ("tls.key" hides tls.key,
+// pools.main.tls.key, listeners.0.tls.key); one beginning with "*" matches the end of the
+// key's last element; one ending in ".*" matches every key below the rest of it. A new key
+// naming a file is one more line, unless it ends in "_file".
 var hiddenSettings = []string{
 	"admin",
-	"*_file", // admin_token_file, auth.users_file, pools.*.sasl.password_file
+	"*_file", // admin_token_file, auth.users_file, pools.*.sasl.password_file, hot_cache.peer_token_file
 	"tls.cert",
 	"tls.key",
 	"tls.client_ca",
 	"tls.ca",
+	"hot_cache.peers",            // the peers' admin addresses
+	"hot_cache.peers_discover.*", // where to find them
 }
 
 func hiddenSetting(path string) bool {
@@ -112,6 +115,10 @@ func hiddenSetting(path string) bool {
 	for _, h := range hiddenSettings {
 		if suffix, ok := strings.CutPrefix(h, "*"); ok {
 			if strings.HasSuffix(last, suffix) {
+				return true
+			}
+		} else if section, ok := strings.CutSuffix(h, ".*"); ok {
+			if strings.HasPrefix(path, section+".") || strings.Contains(path, "."+section+".") {
 				return true
 			}
 		} else if path == h || strings.HasSuffix(path, "."+h) {

@@ -65,6 +65,10 @@ tls:
   client_ca: /etc/moxi/clients.crt
 admin: 127.0.0.1:9151
 admin_token_file: /etc/moxi/admin-token
+hot_cache:
+  peers: ["10.0.0.2:9151"]
+  peer_token_file: /etc/moxi/peer-token
+hot_keys: {top: 9}
 pools:
   main:
     servers: ["10.0.0.1:11211"]
@@ -85,13 +89,13 @@ pools:
 			t.Errorf("STAT %s %s: a file path or the admin address", s.Name, s.Value)
 		}
 	}
-	for _, name := range []string{"listen", "pools.main.servers", "pools.main.tls.server_name", "limits.max_key_bytes"} {
+	for _, name := range []string{"listen", "pools.main.servers", "pools.main.tls.server_name", "limits.max_key_bytes", "hot_keys.top", "hot_cache.ttl"} {
 		if !shown[name] {
 			t.Errorf("%s hidden", name)
 		}
 	}
 	for _, name := range []string{"admin", "admin_token_file", "tls.cert", "tls.key", "tls.client_ca",
-		"pools.main.tls.ca", "pools.main.tls.cert", "pools.main.tls.key"} {
+		"pools.main.tls.ca", "pools.main.tls.cert", "pools.main.tls.key", "hot_cache.peers", "hot_cache.peer_token_file"} {
 		if shown[name] {
 			t.Errorf("%s shown", name)
 		}
@@ -118,6 +122,13 @@ func TestHiddenSetting(t *testing.T) {
 		{"pools.admin.timeout", false},
 		{"pools.tls.servers", false},
 		{"hot_cache.max_bytes", false},
+		{"hot_cache.peer_token_file", true},
+		{"hot_cache.peers", true},
+		{"hot_cache.peers_discover.dns", true},
+		{"hot_cache.peers_discover.port", true},
+		{"hot_cache.peers_discover", false}, // a mapping: its keys are the settings
+		{"hot_keys.top", false},
+		{"pools.hot_cache.timeout", false},
 	} {
 		if got := hiddenSetting(tc.path); got != tc.hidden {
 			t.Errorf("hiddenSetting(%q) = %v, want %v", tc.path, got, tc.hidden)

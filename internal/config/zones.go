@@ -35,7 +35,7 @@ func (d *decoder) zones(p *Pool, v *yaml.Node, path string) {
 		seen := d.mapping(e, at, map[string]field{
 			"name":     d.zoneName(&name, false),
 			"servers":  d.servers(&list),
-			"discover": func(v *yaml.Node, path string) { disc = d.discover(v, path) },
+			"discover": func(v *yaml.Node, path string) { disc = d.discover(v, path, serversDiscover) },
 		})
 		if e.Kind != yaml.MappingNode {
 			continue

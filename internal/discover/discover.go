@@ -87,7 +87,7 @@ func New(cfg *config.Config, opts Options) *Set {
 	}, []string{"pool"})
 	follow := func(name, label string, dc *config.Discover) {
 		s.pools[name] = &pool{
-			name: name, label: label, opts: *dc, resolver: resolver(dc.Resolver),
+			name: name, label: label, opts: *dc, resolver: Resolver(dc.Resolver),
 			missing: map[string]time.Time{}, ready: make(chan struct{}),
 		}
 		s.errors.WithLabelValues(label)
@@ -108,8 +108,8 @@ func New(cfg *config.Config, opts Options) *Set {
 	return s
 }
 
-// resolver asks addr, or the system's resolver when addr is "".
-func resolver(addr string) *net.Resolver {
+// Resolver asks addr, or the system's resolver when addr is "".
+func Resolver(addr string) *net.Resolver {
 	if addr == "" {
 		return net.DefaultResolver
 	}

@@ -35,7 +35,7 @@ func TestLookup(t *testing.T) {
 		dnstest.SRV{Target: "mc-0.mc.test.", Port: 11211, Weight: 0})
 	dns.SetIPs("mc-0.mc.test", "10.0.0.7")
 	dns.SetIPs("mc-1.mc.test", "10.0.0.8")
-	r := resolver(dns.Addr)
+	r := Resolver(dns.Addr)
 	ctx := context.Background()
 
 	got, err := Lookup(ctx, r, config.Discover{DNS: "mc.test.", Port: 11300})

@@ -17,6 +17,9 @@ type Entry struct {
 	Value []byte
 	Flags uint32
 	Cas   uint64
+	// Expires is when the item expires on its server (zero: never, or not known): the entry
+	// is not served from then on, whatever the TTL.
+	Expires time.Time
 }
 
 // Cache is an LRU of entries for keys with the configured prefixes, each entry dropped once
@@ -73,6 +76,7 @@ type timedEntry struct {
 	Entry
 	added time.Time
 	size  int64
+	epoch uint64 // the key's epoch in Writes when it was fetched
 }
 
 // New returns a cache for keys starting with one of prefixes, holding at most maxItems
@@ -113,7 +117,11 @@ func (c *Cache) Get(pool string, key []byte) (Entry, bool) {
 	if !ok {
 		return Entry{}, false
 	}
-	if time.Since(e.added) >= c.ttl {
+	// A write of the key (or of one sharing its stripe) since the fetch ends the entry, even
+	// one nobody dropped: a key served because it is hot (hot_keys.cache) may cool, be
+	// written while not hot, and turn hot again; and POST /invalidate moves the epoch only.
+	now := time.Now()
+	if now.Sub(e.added) >= c.ttl || !e.Expires.IsZero() && !now.Before(e.Expires) || c.writes.Epoch(key) != e.epoch {
 		c.lru.Remove(name)
 		return Entry{}, false
 	}
@@ -137,11 +145,11 @@ func (c *Cache) Add(pool string, key []byte, e Entry, t Ticket) {
 		return
 	}
 	e.Value = bytes.Clone(e.Value)
-	c.writes.IfQuiet(key, t.write, func() { c.add(nameOf(pool, key), e, size, t.purges) })
+	c.writes.IfQuiet(key, t.write, func() { c.add(nameOf(pool, key), e, size, t.purges, t.write) })
 }
 
 // add is Add under the write guard.
-func (c *Cache) add(name string, e Entry, size int64, purges uint64) {
+func (c *Cache) add(name string, e Entry, size int64, purges, epoch uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.purges != purges {
@@ -150,7 +158,7 @@ func (c *Cache) add(name string, e Entry, size int64, purges uint64) {
 	// Replacing an entry does not call the eviction callback: remove it first, so that
 	// held counts each key once.
 	c.lru.Remove(name)
-	c.lru.Add(name, timedEntry{e, time.Now(), size})
+	c.lru.Add(name, timedEntry{e, time.Now(), size, epoch})
 	c.held += size
 	for c.held > c.maxBytes {
 		// Never e itself: it is the newest, and alone it fits.
@@ -158,6 +166,25 @@ func (c *Cache) add(name string, e Entry, size int64, purges uint64) {
 			break
 		}
 	}
+}
+
+// SetExpires sets when the entry of key of pool that a fetch after Epoch returned t cached
+// stops being served, once its item's expiry is known: zero for never (the TTL alone), a
+// past instant drops it. An entry a later write replaced is left alone.
+func (c *Cache) SetExpires(pool string, key []byte, t Ticket, expires time.Time) {
+	name := nameOf(pool, key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.lru.Peek(name)
+	if !ok || e.epoch != t.write {
+		return
+	}
+	if !expires.IsZero() && !expires.After(time.Now()) {
+		c.lru.Remove(name)
+		return
+	}
+	e.Expires = expires
+	c.lru.Add(name, e) // an update in place: the eviction callback is not called
 }
 
 // Drop forgets key of pool. (What a read fetched before a write is refused by the write

@@ -199,3 +199,83 @@ func TestLateAddAfterPurgeRefused(t *testing.T) {
 		t.Error("a value fetched with no write about was not cached")
 	}
 }
+
+// TestWriteEndsUndroppedEntry: an entry whose key was written since its fetch is not served,
+// though nobody dropped it (a hot key that cooled and was written meanwhile; a peer's
+// invalidation, which moves the epoch only).
+func TestWriteEndsUndroppedEntry(t *testing.T) {
+	w := new(writeguard.Guard)
+	c := New(nil, 10, 1<<20, time.Minute, w)
+	key := []byte("k")
+	c.Add("main", key, Entry{Value: []byte("v1")}, c.Epoch(key))
+	if _, ok := c.Get("main", key); !ok {
+		t.Fatal("entry not served before any write")
+	}
+	w.Begin(key)
+	if _, ok := c.Get("main", key); ok {
+		t.Fatal("entry served while a write of its key is in flight")
+	}
+	w.End(key)
+	if _, ok := c.Get("main", key); ok {
+		t.Fatal("entry served after a write of its key ended")
+	}
+	c.Add("main", key, Entry{Value: []byte("v2")}, c.Epoch(key))
+	if e, ok := c.Get("main", key); !ok || string(e.Value) != "v2" {
+		t.Fatalf("a fetch after the write: Get = %q %v", e.Value, ok)
+	}
+}
+
+// TestItemExpiry: an entry is not served past its item's own expiry, however long the TTL.
+func TestItemExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New([]string{"hot:"}, 10, 1<<20, time.Minute, new(writeguard.Guard))
+		key := []byte("hot:a")
+		c.Add("main", key, Entry{Value: []byte("v"), Expires: time.Now().Add(3 * time.Second)}, c.Epoch(key))
+		time.Sleep(2 * time.Second)
+		if _, ok := c.Get("main", key); !ok {
+			t.Fatal("entry not served before its item expires")
+		}
+		time.Sleep(time.Second)
+		if _, ok := c.Get("main", key); ok {
+			t.Fatal("entry served once its item expired")
+		}
+	})
+}
+
+// TestSetExpires: the expiry learnt after the fill bounds the entry, never applies to one a
+// write replaced, and a past one (or zero: never) drops it (or lets the TTL alone bound it).
+func TestSetExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := new(writeguard.Guard)
+		c := New(nil, 10, 1<<20, time.Minute, w)
+		key := []byte("k")
+		tk := c.Epoch(key)
+		c.Add("main", key, Entry{Value: []byte("v1"), Expires: time.Now().Add(time.Second)}, tk)
+		c.SetExpires("main", key, tk, time.Time{}) // never expires: the TTL bounds it
+		time.Sleep(10 * time.Second)
+		if _, ok := c.Get("main", key); !ok {
+			t.Fatal("an entry whose item never expires was dropped before its TTL")
+		}
+		c.SetExpires("main", key, tk, time.Now().Add(2*time.Second))
+		time.Sleep(2 * time.Second)
+		if _, ok := c.Get("main", key); ok {
+			t.Fatal("served past the expiry set")
+		}
+		tk = c.Epoch(key)
+		c.Add("main", key, Entry{Value: []byte("v2")}, tk)
+		c.SetExpires("main", key, tk, time.Now().Add(-time.Second))
+		if _, ok := c.Get("main", key); ok {
+			t.Fatal("served after a past expiry was set")
+		}
+		// An ask for an older fill does not touch the entry of a fill after a write.
+		old := c.Epoch(key)
+		w.Begin(key)
+		w.End(key)
+		tk = c.Epoch(key)
+		c.Add("main", key, Entry{Value: []byte("v3")}, tk)
+		c.SetExpires("main", key, old, time.Now().Add(-time.Second))
+		if e, ok := c.Get("main", key); !ok || string(e.Value) != "v3" {
+			t.Fatalf("Get = %q %v: an older fill's expiry dropped a newer entry", e.Value, ok)
+		}
+	})
+}

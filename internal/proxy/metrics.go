@@ -22,7 +22,14 @@ type metrics struct {
 	pools atomic.Pointer[map[string]*poolMetrics] // copied on write: read without a lock
 
 	coalesced, hotHits, hotMisses prometheus.Counter
+	invalidations                 [2]prometheus.Counter // moxi_hotcache_invalidations_total by source
 }
+
+// The sources of moxi_hotcache_invalidations_total.
+const (
+	invalidatedLocally = iota // a write through this proxy of a key its hot cache holds
+	invalidatedByPeer         // a line of POST /invalidate
+)
 
 // poolMetrics are the series of one pool ("" for requests of none: version, stats,
 // flush_all, and requests the decoder rejected).
@@ -174,7 +181,13 @@ func newMetrics(reg prometheus.Registerer, buckets []float64, pending func() flo
 			Help: "Reads of hot-cache keys that had to ask a server.",
 		}),
 	}
+	inv := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moxi_hotcache_invalidations_total",
+		Help: "Hot cache keys dropped by a write, by source: local (a write through this proxy; with hot_cache.peers it is sent on), peer (a line of POST /invalidate: a write through another moxi).",
+	}, []string{"source"})
+	m.invalidations = [2]prometheus.Counter{invalidatedLocally: inv.WithLabelValues("local"), invalidatedByPeer: inv.WithLabelValues("peer")}
 	m.pools.Store(&map[string]*poolMetrics{})
+	reg.MustRegister(inv)
 	reg.MustRegister(m.requests, m.duration, m.errorAnswers, m.getHits, m.getMisses, m.coalesced, m.hotHits, m.hotMisses,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "moxi_fire_and_forget_pending",

@@ -48,7 +48,17 @@ type Options struct {
 	// pools, package route): the proxy counts its writes in flight there, and closes it.
 	// nil = a Shared of the proxy's own, for topologies that compose no features.
 	Features *route.Shared
-	Logger   *slog.Logger // nil = slog.Default()
+	// Peers, when set, is told each key written through this proxy that another moxi's hot
+	// cache may hold, once the write is acknowledged, and each flush_all (hot_cache.peers).
+	Peers  Peers
+	Logger *slog.Logger // nil = slog.Default()
+}
+
+// Peers are the other moxi of the tier, as the proxy tells them what was written through
+// it (package peers).
+type Peers interface {
+	Invalidate(pool string, key []byte)
+	FlushAll()
 }
 
 // Proxy answers client requests from the servers of its current Topology. Safe for
@@ -65,6 +75,8 @@ type Proxy struct {
 	writes   *writeguard.Guard              // writes in flight, which end sharing for their keys: features.Writes
 	flights  dedup.Group[protocol.Response] // get/gets in flight, for dedup
 	queue    *fireforget.Queue              // fire-and-forget writes
+	// expiryAsks holds a token per hot cache fill asking its item's expiry (fillHot).
+	expiryAsks chan struct{}
 }
 
 // fireAndForgetWorkers write queued writes; a key always goes to the same one, in order.
@@ -95,6 +107,7 @@ func New(topo *topology.Topology, opts Options) *Proxy {
 		p.features = route.NewShared(route.Options{Logger: opts.Logger})
 	}
 	p.writes = &p.features.Writes
+	p.expiryAsks = make(chan struct{}, maxExpiryAsks)
 	p.queue = fireforget.New(fireAndForgetWorkers, opts.MaxPending, opts.MaxPendingBytes, p.writeQueued, opts.Logger)
 	p.metrics = newMetrics(reg, opts.LatencyBuckets, func() float64 { return float64(p.queue.Pending()) })
 	p.Swap(topo)
@@ -219,6 +232,9 @@ func (p *Proxy) handleOne(ctx context.Context, order *turn.Turn, t *topology.Top
 	case toEvery:
 		one[0] = p.everyServer(ctx, order, t, req)
 		if req.Op == protocol.OpFlushAll {
+			if p.opts.Peers != nil {
+				p.opts.Peers.FlushAll()
+			}
 			if t.Hot != nil {
 				t.Hot.Purge()
 			}
@@ -248,12 +264,15 @@ func (p *Proxy) handleOne(ctx context.Context, order *turn.Turn, t *topology.Top
 	if queued {
 		pl = t.PoolFor(req.Key)
 	}
-	p.account(pl, req, one, time.Since(start).Seconds())
+	p.account(t, pl, req, one, time.Since(start).Seconds())
 }
 
 // account counts a request of pl (nil: of no pool) answered with resps, which took seconds
 // (the requests of a run all take the run's time, read once).
-func (p *Proxy) account(pl *pool.Pool, req *protocol.Request, resps []protocol.Response, seconds float64) {
+func (p *Proxy) account(t *topology.Topology, pl *pool.Pool, req *protocol.Request, resps []protocol.Response, seconds float64) {
+	if t.HotKeys != nil {
+		noteHot(t, pl, req, resps)
+	}
 	p.stats.count(req, resps)
 	p.stats.detail.record(req, resps) // one atomic load while "stats detail" is off
 	name := ""

@@ -77,10 +77,11 @@ func (r *startedRun) startRetrieval() {
 		return
 	}
 	for i, k := range req.Keys {
-		space := r.space(k)
+		pl := r.poolOf(k)
+		space := pl.Name()
 		var kf keyFetch
 		var hit bool
-		hit, kf.hot, kf.ticket = p.hotLookup(t, space, k, &r.resps[i])
+		hit, kf.hot, kf.ticket = p.hotLookup(t, pl, k, &r.resps[i])
 		switch {
 		case hit:
 			kf.answered = true
@@ -180,7 +181,7 @@ func startable(t *topology.Topology, reqs []protocol.Request) (pl *pool.Pool, m 
 			return nil, nil, false
 		case req.Op.IsRetrieval():
 			for _, k := range req.Keys {
-				if len(reqs) > 1 && t.Hot.Hot(k) {
+				if len(reqs) > 1 && t.Hot != nil && t.HotKey(t.PoolFor(k), k) {
 					return nil, nil, false // a run one request at a time (run)
 				}
 				take(k)
@@ -264,11 +265,14 @@ func (r *startedRun) release() {
 }
 
 // space is the name of key's pool, by which its fetches are known (dedup).
-func (r *startedRun) space(key []byte) string {
+func (r *startedRun) space(key []byte) string { return r.poolOf(key).Name() }
+
+// poolOf is key's pool.
+func (r *startedRun) poolOf(key []byte) *pool.Pool {
 	if r.pool != nil {
-		return r.pool.Name()
+		return r.pool
 	}
-	return r.t.PoolFor(key).Name()
+	return r.t.PoolFor(key)
 }
 
 // finish ends the run once its server answered it or failed. A request that got no answer
@@ -323,7 +327,7 @@ func (r *startedRun) end() {
 		if kf := &r.fetches[i]; !kf.answered && !kf.follows {
 			k := req.Keys[i]
 			r.resps[i].Key = k
-			p.publish(r.t, r.space(k), k, &r.resps[i], kf.hot, kf.ticket, kf.flight)
+			p.publish(r.t, r.poolOf(k), k, &r.resps[i], kf.hot, kf.ticket, kf.flight)
 		}
 	}
 	if r.follows == 0 {
@@ -374,7 +378,7 @@ func (r *startedRun) complete() {
 				p.settle(t, k) // it ends what is cached
 			}
 		}
-		p.account(r.pool, req, r.resps, took)
+		p.account(t, r.pool, req, r.resps, took)
 	} else {
 		p.endRun(t, r.pool, r.reqs, r.resps, took)
 	}

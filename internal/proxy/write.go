@@ -23,8 +23,19 @@ func (p *Proxy) beginWrite(t *topology.Topology, key []byte) {
 	p.settle(t, key)
 }
 
+// endWrite, once the server acknowledged the write, also tells the peers (hot_cache.peers)
+// of a key their hot caches may hold: right after the acknowledgement, not before, since a
+// peer that dropped the key before the write landed could fetch the old value again.
 func (p *Proxy) endWrite(t *topology.Topology, key []byte) {
-	p.settle(t, key)
+	if pl, hot := p.settle(t, key); hot {
+		p.metrics.invalidations[invalidatedLocally].Inc()
+		if p.opts.Peers != nil {
+			p.opts.Peers.Invalidate(pl.Name(), key)
+		}
+	} else if p.opts.Peers != nil && t.AbsorbHot {
+		// A peer may find the key hot when this proxy does not (its readers are elsewhere).
+		p.opts.Peers.Invalidate(t.PoolFor(key).Name(), key)
+	}
 	p.writes.End(key)
 }
 
@@ -101,7 +112,7 @@ func (p *Proxy) endRun(t *topology.Topology, pl *pool.Pool, reqs []protocol.Requ
 		if of == nil {
 			of = t.PoolFor(runKey(req))
 		}
-		p.account(of, req, resps[i:i+1], seconds)
+		p.account(t, of, req, resps[i:i+1], seconds)
 	}
 }
 
@@ -126,14 +137,14 @@ func (b *writeBatch) group(t *topology.Topology, reqs []protocol.Request) bool {
 	for i := range reqs {
 		req := &reqs[i]
 		key := runKey(req)
+		pl := t.PoolFor(key)
 		if req.Op.IsRetrieval() {
-			if t.Hot.Hot(key) {
+			if t.HotKey(pl, key) {
 				return false
 			}
 		} else if inBackground(t, req) {
 			continue
 		}
-		pl := t.PoolFor(key)
 		b.add(pl, pl.Member(pl.Locate(key)), i)
 	}
 	return true
@@ -205,19 +216,52 @@ func (sh *writeShare) part(reqs []protocol.Request, resps []protocol.Response) p
 }
 
 // settle ends what moxi holds of key's old value once a write of it is acknowledged: its
-// hot cache entry, and any fetch of it in flight, which later reads must not join.
-func (p *Proxy) settle(t *topology.Topology, key []byte) {
-	hot := t.Hot.Hot(key)
-	if !hot && !t.Dedup {
-		return
+// hot cache entry, and any fetch of it in flight, which later reads must not join. It
+// reports key's pool when the key is one the hot cache holds (hot).
+func (p *Proxy) settle(t *topology.Topology, key []byte) (pl *pool.Pool, hot bool) {
+	if t.Hot == nil && !t.Dedup {
+		return nil, false
 	}
-	space := t.PoolFor(key).Name()
-	if hot {
+	pl = t.PoolFor(key)
+	space := pl.Name()
+	if hot = t.HotKey(pl, key); hot {
 		t.Hot.Drop(space, key)
 	}
 	if t.Dedup {
 		p.flights.Forget(space, key)
 	}
+	return pl, hot
+}
+
+// Invalidate ends what this proxy holds of key of the pool named pool as a write of it
+// through this proxy would (POST /invalidate, a peer's write): the key's epoch moves, so
+// that a fetch begun before cannot fill the hot cache with the old value, and its entry
+// and fetches in flight go.
+func (p *Proxy) Invalidate(pool string, key []byte) {
+	t := p.Topology()
+	p.writes.Begin(key)
+	p.drop(t, pool, key)
+	p.writes.End(key)
+	p.drop(t, pool, key)
+	p.metrics.invalidations[invalidatedByPeer].Inc()
+}
+
+// FlushHot empties the hot cache and ends every fetch in flight, as a flush_all through
+// this proxy does (POST /invalidate, a peer's flush_all).
+func (p *Proxy) FlushHot() {
+	if t := p.Topology(); t.Hot != nil {
+		t.Hot.Purge()
+	}
+	p.flights.ForgetAll()
+	p.metrics.invalidations[invalidatedByPeer].Inc()
+}
+
+// drop is settle for a key of a named pool.
+func (p *Proxy) drop(t *topology.Topology, pool string, key []byte) {
+	if t.Hot != nil {
+		t.Hot.Drop(pool, key)
+	}
+	p.flights.Forget(pool, key)
 }
 
 // writeQueued sends a fire-and-forget write on, through the topology running now, and

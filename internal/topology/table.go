@@ -6,6 +6,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/auth"
 	"github.com/moxi-proxy/moxi/internal/hotcache"
+	"github.com/moxi-proxy/moxi/internal/hotkeys"
 	"github.com/moxi-proxy/moxi/internal/pool"
 )
 
@@ -19,13 +20,18 @@ type Route struct {
 // pool for every other key, and the per-key features. A reload builds a new Topology and the
 // proxy swaps it in whole; requests in flight finish on the one they started with.
 type Topology struct {
-	Pools         []*pool.Pool
-	Routes        []Route
-	Default       *pool.Pool
-	Dedup         bool            // coalesce identical concurrent get/gets
-	Hot           *hotcache.Cache // nil: no hot cache
-	FireAndForget [][]byte        // prefixes whose writes are answered at once and sent in the background
-	NoFlushAll    bool            // refuse flush_all and binary flush, as memcached -F does (limits.allow_flush_all: false)
+	Pools   []*pool.Pool
+	Routes  []Route
+	Default *pool.Pool
+	Dedup   bool            // coalesce identical concurrent get/gets
+	Hot     *hotcache.Cache // nil: no hot cache
+	// HotKeys is each pool's sketch of the keys that take most of its requests (hot_keys);
+	// nil when off. AbsorbHot (hot_keys.cache): a key a sketch finds hot is answered from
+	// Hot too, prefix or not (HotKey).
+	HotKeys       map[*pool.Pool]*hotkeys.Sketch
+	AbsorbHot     bool
+	FireAndForget [][]byte // prefixes whose writes are answered at once and sent in the background
+	NoFlushAll    bool     // refuse flush_all and binary flush, as memcached -F does (limits.allow_flush_all: false)
 	// Namespaced: keys are stored as "<user>:<key>" (auth.namespaces), and routes and
 	// prefixes match the client's key, the part after the namespace.
 	Namespaced bool

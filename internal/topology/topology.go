@@ -22,6 +22,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/failover"
 	"github.com/moxi-proxy/moxi/internal/hotcache"
+	"github.com/moxi-proxy/moxi/internal/hotkeys"
 	"github.com/moxi-proxy/moxi/internal/memstore"
 	"github.com/moxi-proxy/moxi/internal/migrate"
 	"github.com/moxi-proxy/moxi/internal/pool"
@@ -55,7 +56,10 @@ type Builder struct {
 	rebuilds   []*migrate.Rebuild                  // running and lately ended (rebuild.go)
 	// rebuildCount is, per pool, the number of its last rebuild.
 	rebuildCount map[string]int
-	retired      sync.WaitGroup // servers closing after their grace
+	// hotKeys are the committed topology's sketches by pool name, counted with hotKeysConfig.
+	hotKeys       map[string]*hotkeys.Sketch
+	hotKeysConfig hotkeys.Config
+	retired       sync.WaitGroup // servers closing after their grace
 }
 
 // migrationKey identifies a migration: the same slot moving between the same servers.
@@ -102,6 +106,9 @@ type Pending struct {
 	created    []pool.Server
 	migrations map[migrationKey]*migrate.Migration
 	placements map[string]placement
+	// hotKeys: as Builder's, for this topology (hotKeysOf).
+	hotKeys       map[string]*hotkeys.Sketch
+	hotKeysConfig hotkeys.Config
 }
 
 // Build builds the pools, servers and routes that cfg describes.
@@ -186,10 +193,11 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	}
 	t.Dedup, t.NoFlushAll = cfg.Dedup, !cfg.Limits.AllowFlushAll
 	t.Namespaced = cfg.Auth != nil && cfg.Auth.Namespaces
-	if len(cfg.HotCache.Prefixes) > 0 {
+	if len(cfg.HotCache.Prefixes) > 0 || cfg.HotKeys.Enabled && cfg.HotKeys.Cache {
 		t.Hot = hotcache.New(cfg.HotCache.Prefixes, cfg.HotCache.MaxItems, cfg.HotCache.MaxBytes, cfg.HotCache.TTL, &b.Features.Writes)
 		t.Hot.Namespaced = t.Namespaced
 	}
+	b.hotKeysOf(pd, cfg)
 	for _, prefix := range cfg.FireAndForget.Prefixes {
 		t.FireAndForget = append(t.FireAndForget, []byte(prefix))
 	}
@@ -483,6 +491,7 @@ func (pd *Pending) Commit(grace time.Duration) {
 		}
 	}
 	b.running, b.migrations, b.placements = pd.servers, pd.migrations, pd.placements
+	b.hotKeys, b.hotKeysConfig = pd.hotKeys, pd.hotKeysConfig
 	b.stopRebuildsLocked(pd.serves)
 	if b.reshards == nil {
 		b.reshards = map[string]int{}

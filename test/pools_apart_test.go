@@ -16,11 +16,13 @@ import (
 // TestPoolsApart: two pools on two memcached, a second listener whose default pool is the
 // other one, the same key names in both. Clients of both listeners read the same keys at
 // the same instant, with the hot cache (hot:) and coalesced gets on: every answer is its
-// own pool's value, never the other's — plain, and with namespaces (each user's keys are
-// "<user>:<key>" in both pools).
+// own pool's value, never the other's — plain, with namespaces (each user's keys are
+// "<user>:<key>" in both pools), and with every key found hot (hot_keys.cache) instead of
+// a prefix.
 func TestPoolsApart(t *testing.T) {
-	for _, namespaced := range []bool{false, true} {
-		t.Run(fmt.Sprintf("namespaces=%v", namespaced), func(t *testing.T) {
+	for _, v := range []struct{ namespaced, absorbed bool }{{false, false}, {true, false}, {false, true}} {
+		namespaced := v.namespaced
+		t.Run(fmt.Sprintf("namespaces=%v,hot_keys=%v", namespaced, v.absorbed), func(t *testing.T) {
 			a, b := cluster(t, 1)[0], cluster(t, 1)[0]
 			second := freeAddr(t)
 			auth, prefix := "", ""
@@ -28,17 +30,23 @@ func TestPoolsApart(t *testing.T) {
 				auth = fmt.Sprintf("auth:\n  users_file: %q\n  namespaces: true\n", writeUsers(t, "alice:secret"))
 				prefix = "alice:"
 			}
+			hot := `hot_cache: {prefixes: ["hot:"], ttl: 10s}`
+			if v.absorbed {
+				// 200 names read alike: each takes 0.5 % of its pool's gets, over min_share.
+				hot = "hot_cache: {ttl: 10s}\nhot_keys: {sample: 1, window: 2s, min_share: 0.001, cache: true}"
+			}
 			cfg := fmt.Sprintf(`watch_config: false
 dedup: true
-hot_cache: {prefixes: ["hot:"], ttl: 10s}
+%s
 listeners:
   - {listen: %q, default_pool: b}
 pools:
   a: {timeout: 2s, servers: [%q]}
   b: {timeout: 2s, servers: [%q]}
 default_pool: a
-%s`, second, a.Addr, b.Addr, auth)
-			moxi := startMoxi(t, "--config", writeConfig(t, cfg))
+%s`, hot, second, a.Addr, b.Addr, auth)
+			admin := freeAddr(t)
+			moxi := startMoxi(t, "--config", writeConfig(t, cfg), "--admin", admin)
 			if err := waitDial(second, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
@@ -63,7 +71,11 @@ default_pool: a
 			if wrong != 0 {
 				t.Fatalf("%d of %d gets answered with the other pool's value", wrong, asked)
 			}
-			t.Logf("%d gets through both listeners, 0 from the other pool", asked)
+			hits := counterValue(t, admin, "moxi_hotcache_hits_total")
+			t.Logf("%d gets through both listeners, 0 from the other pool; %.0f answered from the hot cache", asked, hits)
+			if hits == 0 {
+				t.Fatal("no get was answered from the hot cache: the test shows nothing of it")
+			}
 		})
 	}
 }

@@ -30,6 +30,7 @@ var exportedFamilies = []exportedMetric{
 	// Client requests (internal/proxy).
 	{"moxi_requests_total", dto.MetricType_COUNTER, []string{"pool", "command"}},
 	{"moxi_request_duration_seconds", dto.MetricType_HISTOGRAM, []string{"command"}},
+	{"moxi_pool_request_duration_seconds", dto.MetricType_HISTOGRAM, []string{"pool"}},
 	{"moxi_error_answers_total", dto.MetricType_COUNTER, []string{"pool", "kind"}},
 	{"moxi_get_hits_total", dto.MetricType_COUNTER, []string{"pool"}},
 	{"moxi_get_misses_total", dto.MetricType_COUNTER, []string{"pool"}},

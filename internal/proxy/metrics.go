@@ -17,6 +17,7 @@ type metrics struct {
 	requests, getHits, getMisses, errorAnswers *prometheus.CounterVec
 	duration                                   *prometheus.HistogramVec
 	durations                                  [protocol.NumOps]lazy[prometheus.Observer]
+	poolDuration                               *prometheus.HistogramVec
 
 	mu    sync.Mutex                              // held to add a pool to pools
 	pools atomic.Pointer[map[string]*poolMetrics] // copied on write: read without a lock
@@ -37,6 +38,7 @@ type poolMetrics struct {
 	requests           [protocol.NumOps]lazy[prometheus.Counter]
 	getHits, getMisses lazy[prometheus.Counter]
 	errorAnswers       [numErrorKinds]lazy[prometheus.Counter]
+	duration           lazy[prometheus.Observer]
 	name               string
 	m                  *metrics
 }
@@ -78,6 +80,9 @@ func (m *metrics) request(pm *poolMetrics, op protocol.Op, seconds float64) {
 	name := op.String()
 	pm.requests[op].get(func() prometheus.Counter { return m.requests.WithLabelValues(pm.name, name) }).Inc()
 	m.durations[op].get(func() prometheus.Observer { return m.duration.WithLabelValues(name) }).Observe(seconds)
+	if pm.name != "" {
+		pm.duration.get(func() prometheus.Observer { return m.poolDuration.WithLabelValues(pm.name) }).Observe(seconds)
+	}
 }
 
 func (pm *poolMetrics) errorAnswer(kind int) {
@@ -156,6 +161,11 @@ func newMetrics(reg prometheus.Registerer, buckets []float64, pending func() flo
 			Help:    "Time from a decoded client request to its answer, by memcached command.",
 			Buckets: buckets,
 		}, []string{"command"}),
+		poolDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "moxi_pool_request_duration_seconds",
+			Help:    "Time from a decoded client request to its answer, by pool: how slow a pool is as its clients see it, beside moxi_backend_request_duration_seconds (its servers').",
+			Buckets: buckets,
+		}, []string{"pool"}),
 		errorAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "moxi_error_answers_total",
 			Help: "Error answers sent to clients, by pool and kind: server_error (SERVER_ERROR; binary 0x0086, 0x0082, 0x0003), client_error (CLIENT_ERROR; binary 0x0004, 0x0006, 0x0020), error (ERROR; binary 0x0081).",
@@ -188,7 +198,7 @@ func newMetrics(reg prometheus.Registerer, buckets []float64, pending func() flo
 	m.invalidations = [2]prometheus.Counter{invalidatedLocally: inv.WithLabelValues("local"), invalidatedByPeer: inv.WithLabelValues("peer")}
 	m.pools.Store(&map[string]*poolMetrics{})
 	reg.MustRegister(inv)
-	reg.MustRegister(m.requests, m.duration, m.errorAnswers, m.getHits, m.getMisses, m.coalesced, m.hotHits, m.hotMisses,
+	reg.MustRegister(m.requests, m.duration, m.poolDuration, m.errorAnswers, m.getHits, m.getMisses, m.coalesced, m.hotHits, m.hotMisses,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "moxi_fire_and_forget_pending",
 			Help: "Fire-and-forget writes queued or being written.",

@@ -61,6 +61,8 @@ type debt struct {
 	// flush: a replica's key was not remembered (max keys were), so the replica is
 	// flushed before it serves, rather than trusted to failover_ttl as a stand-in is.
 	flush bool
+	// deleting is the round a cleanup is deleting, until it is done (Export hands it on).
+	deleting map[string]pool.Server
 }
 
 // round is the stand-in writes remembered between two steps of a cleanup.
@@ -275,11 +277,16 @@ func (l *StandIns) cleanup(home pool.Server, d *debt) {
 			return
 		}
 		d.cur = newRound()
+		d.deleting = r.keys
 		l.n -= len(r.keys)
 		l.mu.Unlock()
 
 		r.writing.Wait()
-		if failed := deleteEverywhere(l.ctx, home, r.keys); len(failed) > 0 {
+		failed := deleteEverywhere(l.ctx, home, r.keys)
+		l.mu.Lock()
+		d.deleting = nil
+		l.mu.Unlock()
+		if len(failed) > 0 {
 			l.mu.Lock()
 			for k, s := range failed {
 				if _, ok := d.cur.keys[k]; !ok {

@@ -79,7 +79,8 @@ func ParseText(data []byte) (user string, password []byte, ok bool) {
 }
 
 // Pacing of a client's failed logins: the first few are answered at once (a typo, a
-// rotated password), then each after a wait that doubles up to maxDelay. A connection's
+// rotated password), then each after a wait that doubles up to maxDelay. The failures
+// counted are an address's or a user's, whatever the connection (Pacer); a connection's
 // waits are its own: other clients are answered meanwhile.
 const (
 	freeFailures = 3
@@ -87,8 +88,8 @@ const (
 	maxDelay     = 5 * time.Second
 )
 
-// Delay is how long to wait before answering a connection's failures-th failed login in a
-// row (1 for the first).
+// Delay is how long to wait before answering the failures-th failed login in a row (1 for
+// the first) after the answer to the one before it.
 func Delay(failures int) time.Duration {
 	if failures <= freeFailures {
 		return 0

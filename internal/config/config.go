@@ -96,9 +96,20 @@ type Auth struct {
 	UsersFile  string // lines "user:password", memcached's -Y file form
 	Namespaces bool   // each user's keys are stored as "<user>:<key>", invisibly to the user
 	Line       int    // of the section in the file, for messages; 0 when not from a file
+	// Limits is each user's requests and bytes a second, in file order; an entry for
+	// limit.Every gives each user without one of their own those rates. None: no limit.
+	Limits []UserLimit
 
 	// Users is UsersFile's content (name → password) as LoadSecrets read it; nil before.
 	Users map[string]string
+}
+
+// UserLimit is one entry of auth.limits: what one user may send a second through one
+// proxy; the user limit.Every ("*") stands for each user without an entry of their own.
+type UserLimit struct {
+	User         string
+	RequestsPerS int // requests, each key of a multi-key get one; 0 = no limit
+	BytesPerS    int // keys and values received and sent; 0 = no limit
 }
 
 // SASL is a pool's sasl section: its servers require SASL PLAIN (memcached -S), and moxi

@@ -134,6 +134,35 @@ func (d *differ) auth(a, b *Auth) {
 	if a.UsersFile == b.UsersFile && !maps.Equal(a.Users, b.Users) {
 		d.add("auth.users_file: users changed")
 	}
+	d.userLimits(a.Limits, b.Limits)
+}
+
+// userLimits reports auth.limits' entries added and changed in b's order, then those
+// removed in a's.
+func (d *differ) userLimits(a, b []UserLimit) {
+	find := func(l []UserLimit, user string) *UserLimit {
+		for i := range l {
+			if l[i].User == user {
+				return &l[i]
+			}
+		}
+		return nil
+	}
+	for _, nu := range b {
+		key := "auth.limits." + nu.User
+		pu := find(a, nu.User)
+		if pu == nil {
+			d.add("%s: added (requests_per_s %d, bytes_per_s %d)", key, nu.RequestsPerS, nu.BytesPerS)
+			continue
+		}
+		d.change("", key+".requests_per_s", pu.RequestsPerS, nu.RequestsPerS, "")
+		d.change("", key+".bytes_per_s", pu.BytesPerS, nu.BytesPerS, "")
+	}
+	for _, pu := range a {
+		if find(b, pu.User) == nil {
+			d.add("auth.limits.%s: removed", pu.User)
+		}
+	}
 }
 
 // differ collects the lines of a Diff.

@@ -109,6 +109,16 @@ func (c *Config) YAML() ([]byte, error) {
 	if a := c.Auth; a != nil {
 		am := mapNode()
 		put(am, "users_file", strNode(a.UsersFile)) // the file's name, never a password
+		if len(a.Limits) > 0 {
+			lm := mapNode()
+			for _, u := range a.Limits {
+				um := mapNode()
+				put(um, "requests_per_s", intNode(u.RequestsPerS))
+				put(um, "bytes_per_s", intNode(u.BytesPerS))
+				put(lm, u.User, um)
+			}
+			put(am, "limits", lm)
+		}
 		put(am, "namespaces", boolNode(a.Namespaces))
 		put(root, "auth", am)
 	}

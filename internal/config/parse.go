@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/moxi-proxy/moxi/internal/auth/limit"
 	"github.com/moxi-proxy/moxi/internal/hashkit"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/protocol"
@@ -509,6 +510,7 @@ func (d *decoder) auth(v *yaml.Node, path string) *Auth {
 	a := &Auth{Line: v.Line}
 	seen := d.mapping(v, path, map[string]field{
 		"users_file": d.str(&a.UsersFile),
+		"limits":     func(v *yaml.Node, path string) { a.Limits = d.userLimits(v, path) },
 		"namespaces": d.boolean(&a.Namespaces),
 	})
 	if v.Kind != yaml.MappingNode {
@@ -516,6 +518,25 @@ func (d *decoder) auth(v *yaml.Node, path string) *Auth {
 	}
 	d.require(v, path, seen, "users_file", a.UsersFile, `the file of "user:password" lines clients authenticate with`)
 	return a
+}
+
+// userLimits reads auth.limits: user name (or limit.Every) → its rates.
+func (d *decoder) userLimits(v *yaml.Node, path string) []UserLimit {
+	var out []UserLimit
+	d.entries(v, path, func(name string, k, uv *yaml.Node) {
+		at := join(path, name)
+		if name == "" || strings.ContainsAny(name, ": \t") {
+			d.fail(k, at, "not a user name: a users file's names have no colon or space (%q for every user without an entry)", limit.Every)
+			return
+		}
+		u := UserLimit{User: name}
+		d.mapping(uv, at, map[string]field{
+			"requests_per_s": d.integer(&u.RequestsPerS, 0, math.MaxInt),
+			"bytes_per_s":    d.integer(&u.BytesPerS, 0, math.MaxInt),
+		})
+		out = append(out, u)
+	})
+	return out
 }
 
 // sasl reads a pool's sasl section; user and password_file are required.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/moxi-proxy/moxi/internal/auth/limit"
 )
 
 // TestReferencePageKeys keeps docs/configuration.md, the configuration reference, in step
@@ -81,7 +83,7 @@ func everyKeyConfig() *Config {
 	p.TLS.Cert, p.TLS.Key, p.TLS.ServerName = "/etc/moxi/client.crt", "/etc/moxi/client.key", "cache.internal"
 	p.WarmFrom = other
 	p.Shadow = &Shadow{Pool: other, Fraction: 0.01}
-	c.Auth = &Auth{UsersFile: "/etc/moxi/users", Namespaces: true}
+	c.Auth = &Auth{UsersFile: "/etc/moxi/users", Namespaces: true, Limits: []UserLimit{{User: limit.Every, RequestsPerS: 50000}}}
 	c.Pools[1].SASL = &SASL{User: "moxi", PasswordFile: "/etc/moxi/sasl-password"}
 	c.Zone = "us-east-1b"
 	c.HotCache.Peers = []string{"10.0.0.2:9151", "10.0.0.3:9151"}

@@ -13,7 +13,8 @@ type Setting struct{ Name, Value string }
 
 // Settings lists the effective config for "stats settings": first the few settings memcached
 // also has, under memcached's names (so tools that read them find them; evictions and cas
-// are what the servers behind a proxy do, flush_enabled is limits.allow_flush_all), then every key of
+// are what the servers behind a proxy do, flush_enabled is limits.allow_flush_all unless
+// auth.namespaces refuses flush_all), then every key of
 // YAML's rendering but the hidden ones (hiddenSettings), named by its path
 // ("pools.main.timeout", "routes.0.prefix"), lists joined by commas and empty strings shown
 // as NULL, as memcached shows an unset setting.
@@ -25,7 +26,7 @@ func (c *Config) Settings() ([]Setting, error) {
 		port = p
 	}
 	flush := "yes"
-	if !c.Limits.AllowFlushAll {
+	if !c.Limits.AllowFlushAll || c.Auth != nil && c.Auth.Namespaces {
 		flush = "no"
 	}
 	out := []Setting{
@@ -108,6 +109,7 @@ var hiddenSettings = []string{
 	"tls.ca",
 	"hot_cache.peers",            // the peers' admin addresses
 	"hot_cache.peers_discover.*", // where to find them
+	"auth.limits.*",              // the users' names: one tenant's client is not told the others'
 }
 
 func hiddenSetting(path string) bool {

@@ -5,7 +5,6 @@ package test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net"
 	"strings"
@@ -139,16 +138,4 @@ func keyChunk(n, size int) []byte {
 		b.WriteString(" " + key + strings.Repeat("k", size-len(key)))
 	}
 	return b.Bytes()
-}
-
-// binaryRequest is a binary-protocol request header with its extras and key, announcing
-// a value of valueLen bytes that does not follow.
-func binaryRequest(opcode byte, key string, extras []byte, valueLen int) []byte {
-	h := make([]byte, 24, 24+len(extras)+len(key))
-	h[0], h[1] = 0x80, opcode
-	binary.BigEndian.PutUint16(h[2:], uint16(len(key)))
-	h[4] = byte(len(extras))
-	binary.BigEndian.PutUint32(h[8:], uint32(len(extras)+len(key)+valueLen))
-	h = append(h, extras...)
-	return append(h, key...)
 }

@@ -2,6 +2,7 @@ package test
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -86,4 +87,16 @@ func withClients(t testing.TB, addr string, n int, f func(w int, tc *textClient)
 		}()
 	}
 	wg.Wait()
+}
+
+// binaryRequest is a binary-protocol request header with its extras and key, announcing
+// a value of valueLen bytes that does not follow.
+func binaryRequest(opcode byte, key string, extras []byte, valueLen int) []byte {
+	h := make([]byte, 24, 24+len(extras)+len(key))
+	h[0], h[1] = 0x80, opcode
+	binary.BigEndian.PutUint16(h[2:], uint16(len(key)))
+	h[4] = byte(len(extras))
+	binary.BigEndian.PutUint32(h[8:], uint32(len(extras)+len(key)+valueLen))
+	h = append(h, extras...)
+	return append(h, key...)
 }

@@ -41,6 +41,10 @@ var exportedFamilies = []exportedMetric{
 	// Hot keys and the tier's hot caches (internal/admin, internal/peers).
 	{"moxi_hot_key_share", dto.MetricType_GAUGE, []string{"pool"}},
 	{"moxi_peer_invalidations_total", dto.MetricType_COUNTER, []string{"peer", "result"}},
+	// Upgrades in place (cmd/moxi).
+	{"moxi_upgrades_total", dto.MetricType_COUNTER, []string{"result"}},
+	// The request log (internal/reqlog).
+	{"moxi_requests_stream_dropped_total", dto.MetricType_COUNTER, nil},
 	{"moxi_fire_and_forget_pending", dto.MetricType_GAUGE, nil},
 	{"moxi_fire_and_forget_written_total", dto.MetricType_COUNTER, nil},
 	{"moxi_fire_and_forget_failed_total", dto.MetricType_COUNTER, nil},
@@ -51,6 +55,8 @@ var exportedFamilies = []exportedMetric{
 	{"moxi_buffered_bytes", dto.MetricType_GAUGE, nil},
 	{"moxi_panics_total", dto.MetricType_COUNTER, nil},
 	{"moxi_auth_failures_total", dto.MetricType_COUNTER, nil},
+	{"moxi_user_requests_total", dto.MetricType_COUNTER, []string{"user"}},
+	{"moxi_rate_limited_total", dto.MetricType_COUNTER, []string{"user"}},
 	// Backends (internal/admin, cmd/moxi).
 	{"moxi_backend_up", dto.MetricType_GAUGE, []string{"pool", "server"}},
 	{"moxi_backend_requests_total", dto.MetricType_COUNTER, []string{"pool", "server"}},

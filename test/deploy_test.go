@@ -328,8 +328,8 @@ func TestDeploySystemdUnit(t *testing.T) {
 		}
 		return ""
 	}
-	if one("Type") != "simple" {
-		t.Errorf("Type=%q, want simple: moxi does not fork or notify", one("Type"))
+	if one("Type") != "notify" || one("NotifyAccess") != "all" {
+		t.Errorf("Type=%q NotifyAccess=%q, want notify and all: moxi says when it serves, and after an upgrade in place the new process announces itself as the main one", one("Type"), one("NotifyAccess"))
 	}
 	if !strings.Contains(one("ExecStart"), "--config ") {
 		t.Errorf("ExecStart=%q names no --config", one("ExecStart"))

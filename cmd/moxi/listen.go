@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/sdnotify"
 )
 
 // socketMode is the file mode of listen's Unix socket: moxi's user and group may connect.
@@ -23,15 +24,18 @@ const socketMode fs.FileMode = 0o660
 const handshakeTimeout = 10 * time.Second
 
 // listen opens the client listener on addr: TCP, or a Unix socket when addr is a path
-// (config.UnixSocket). With serverTLS it serves TLS only, each handshake with the config
+// (config.UnixSocket) — or takes passed, a socket for addr it was given (an upgrade's,
+// systemd's). With serverTLS it serves TLS only, each handshake with the config
 // serverTLS returns at that moment, so that the certificate a reload loaded is presented
 // to the connections accepted after it, and those accepted before keep theirs.
-func listen(addr string, serverTLS func() *tls.Config, logger *slog.Logger) (net.Listener, error) {
-	var ln net.Listener
+func listen(addr string, passed net.Listener, serverTLS func() *tls.Config, logger *slog.Logger) (net.Listener, error) {
+	ln := passed
 	var err error
-	if config.UnixSocket(addr) {
+	switch {
+	case ln != nil:
+	case config.UnixSocket(addr):
 		ln, err = listenUnix(addr)
-	} else {
+	default:
 		ln, err = net.Listen("tcp", addr)
 	}
 	if err != nil || serverTLS == nil {
@@ -187,4 +191,26 @@ func (c *tlsConn) handshake(by time.Time) error {
 	}
 	c.done.Store(true)
 	return nil
+}
+
+// activated is the sockets systemd passed (socket activation, LISTEN_FDS) for cfg's listen
+// and listeners addresses; nil when it passed none. A passed socket that matches none of
+// them fails the start: it was meant for something this config does not serve.
+func activated(cfg *config.Config) (*sockets, error) {
+	passed, err := sdnotify.Listeners(os.Getenv, os.Getpid())
+	if err != nil || len(passed) == 0 {
+		return nil, err
+	}
+	addrs := []string{cfg.Listen}
+	for _, l := range cfg.Listeners {
+		addrs = append(addrs, l.Listen)
+	}
+	byAddr, err := sdnotify.Match(addrs, passed)
+	if err != nil {
+		for _, ln := range passed {
+			ln.Close()
+		}
+		return nil, fmt.Errorf("socket activation: %w", err)
+	}
+	return &sockets{data: byAddr}, nil
 }

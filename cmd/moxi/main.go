@@ -27,6 +27,7 @@ import (
 	"github.com/moxi-proxy/moxi"
 	"github.com/moxi-proxy/moxi/internal/admin"
 	"github.com/moxi-proxy/moxi/internal/auth"
+	"github.com/moxi-proxy/moxi/internal/auth/limit"
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/discover"
 	"github.com/moxi-proxy/moxi/internal/frontend"
@@ -35,7 +36,9 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/reload"
+	"github.com/moxi-proxy/moxi/internal/reqlog"
 	"github.com/moxi-proxy/moxi/internal/route"
+	"github.com/moxi-proxy/moxi/internal/sdnotify"
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
@@ -284,6 +287,19 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	}, latencyLabels)
 	reg.MustRegister(latency)
 
+	// Started by an upgrade: the predecessor's sockets and state. Else systemd's sockets
+	// (socket activation), if it passed any.
+	succ, err := fromPredecessor(logger)
+	if err != nil {
+		return err
+	}
+	var passed *sockets
+	if succ != nil {
+		passed = succ.sockets
+	} else if passed, err = activated(cfg); err != nil {
+		return err
+	}
+
 	// Pools whose servers come from DNS: their names are asked now, and moxi serves once
 	// each has answered. A later answer that changes a list is applied as a reload with
 	// that list would be (rl.Refresh), once the reloader exists.
@@ -303,7 +319,11 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		})
 	}()
 	defer func() { stopDiscovery(); <-discovering }()
-	if err := waitForDiscovery(disc, cfg.Admin, reg, logger); err != nil {
+	startingAdmin := cfg.Admin
+	if succ != nil {
+		startingAdmin = "" // the predecessor serves the admin address until it hands it over
+	}
+	if err := waitForDiscovery(disc, startingAdmin, reg, logger); err != nil {
 		return err
 	}
 	if err := disc.Fill(cfg); err != nil {
@@ -317,6 +337,11 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		return err
 	}
 	pending.Commit(0) // nothing to retire
+	if succ != nil {
+		if err := succ.importState(builder, pending.Topology, logger); err != nil {
+			return err
+		}
+	}
 
 	front := &frontend.Server{
 		Limits:             topology.Limits(cfg),
@@ -328,6 +353,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		Logger:             logger,
 	}
 	front.RegisterMetrics(reg)
+	front.RequestLog = reqlog.New(reg) // GET /requests
 	front.SetAuth(clientAuth(cfg))
 	// The other moxi of the tier, told of each write whose key their hot caches may hold.
 	notifier := peers.New(peers.Options{Registry: reg, Logger: logger})
@@ -395,7 +421,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		closeAll()
 		return fmt.Errorf("listen: %w", err)
 	}
-	ln, err := listen(cfg.Listen, mainTLS, logger)
+	ln, err := listen(cfg.Listen, passed.take(cfg.Listen), mainTLS, logger)
 	if err != nil {
 		closeAll()
 		return listenError("listen", cfg.Listen, "another moxi or memcached? pick another with --listen", err)
@@ -415,26 +441,37 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 			closeAll()
 			return fmt.Errorf("listener %s: %w", addr, err)
 		}
-		l, err := listen(addr, lnTLS, logger)
+		l, err := listen(addr, passed.take(addr), lnTLS, logger)
 		if err != nil {
 			closeAll()
 			return listenError("listener", addr, "another moxi or memcached? pick another in listeners", err)
 		}
 		listeners = append(listeners, l)
 	}
+	up := newUpgrader(os.Args[1:], logger, reg)
+	up.front, up.px, up.builder = front, px, builder
+	up.shutdown = func() time.Duration { return rl.Config().ShutdownTimeout }
+	up.data = append(up.data, addressed{cfg.Listen, ln})
+	for i, lc := range cfg.Listeners {
+		up.data = append(up.data, addressed{lc.Listen, listeners[i+1]})
+	}
 	var adminServer *http.Server
 	var draining atomic.Bool // set at SIGINT/SIGTERM: /readyz answers 503 from then on
 	if cfg.Admin != "" {
-		aln, err := net.Listen("tcp", cfg.Admin)
-		if err != nil {
-			closeAll()
-			return listenError("admin", cfg.Admin, `another moxi? pick another with --admin, or turn it off with --admin ""`, err)
+		aln := passed.takeAdmin()
+		if aln == nil {
+			if aln, err = net.Listen("tcp", cfg.Admin); err != nil {
+				closeAll()
+				return listenError("admin", cfg.Admin, `another moxi? pick another with --admin, or turn it off with --admin ""`, err)
+			}
 		}
+		up.admin = aln
 		adminServer = admin.NewServer(
-			admin.Handler(admin.Sources{Registry: reg, Topologies: px, Migrations: builder, Reloader: rl, Draining: draining.Load, Pprof: o.pprof, Invalidator: px}),
+			admin.Handler(admin.Sources{Registry: reg, Topologies: px, Migrations: builder, Reloader: rl, Draining: draining.Load, Pprof: o.pprof,
+				Invalidator: px, Requests: front.RequestLog, Upgrader: up}),
 			admin.DefaultBounds, slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 		go func() {
-			if err := adminServer.Serve(admin.Listen(aln, admin.DefaultBounds)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := adminServer.Serve(admin.Listen(aln, admin.DefaultBounds)); err != nil && !errors.Is(err, http.ErrServerClosed) && !up.closing.Load() {
 				logger.Error("admin server stopped", "err", err)
 			}
 		}()
@@ -458,20 +495,46 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	watchCtx, stopWatching := context.WithCancel(context.Background())
 	watched := make(chan struct{})
 	go func() { defer close(watched); rl.Watch(watchCtx) }()
+	if succ != nil {
+		handlerFor := func(addr string) frontend.Handler {
+			if addr == cfg.Listen {
+				return px
+			}
+			return px.ForListener(addr)
+		}
+		go func() {
+			if err := succ.ready(front, handlerFor, logger); err != nil {
+				logger.Warn("upgrade: taking over the client connections stopped", "err", err)
+			}
+		}()
+	} else if err := sdnotify.Notify(sdnotify.Ready); err != nil {
+		logger.Warn("systemd notification failed", "err", err)
+	}
 
 	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR2)
 	defer signal.Stop(signals)
+	servedLeft := len(listeners) // listeners whose Serve has not returned
 	for stopping := false; !stopping; {
 		select {
 		case err := <-served:
+			if up.closing.Load() {
+				servedLeft--
+				continue // the successor accepts on these sockets now
+			}
 			stopWatching()
 			<-watched
 			_ = builder.Close(context.Background())
 			return fmt.Errorf("serve: %w", err)
+		case <-up.handedAll:
+			stopping = true // TLS connections stay to the end of shutdown_timeout
 		case sig := <-signals:
-			if sig == syscall.SIGHUP {
+			switch sig {
+			case syscall.SIGHUP:
 				_, _ = rl.Reload("SIGHUP")
+				continue
+			case syscall.SIGUSR2:
+				go func() { _ = up.Upgrade() }() // it logs how it went
 				continue
 			}
 			logger.Info("stopping", "signal", sig.String(), "timeout", rl.Config().ShutdownTimeout)
@@ -488,7 +551,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	if err := front.Shutdown(ctx); err != nil {
 		logger.Warn("shutdown timed out; closed remaining connections", "err", err)
 	}
-	for range listeners {
+	for range servedLeft {
 		<-served
 	}
 	if err := px.Close(ctx); err != nil {
@@ -566,5 +629,13 @@ func clientAuth(c *config.Config) *frontend.Auth {
 	if c.Auth == nil {
 		return nil
 	}
-	return &frontend.Auth{Users: auth.NewUsers(c.Auth.Users), Namespaces: c.Auth.Namespaces}
+	a := &frontend.Auth{Users: auth.NewUsers(c.Auth.Users), Namespaces: c.Auth.Namespaces}
+	if len(c.Auth.Limits) > 0 {
+		rates := make(map[string]limit.Rates, len(c.Auth.Limits))
+		for _, u := range c.Auth.Limits {
+			rates[u.User] = limit.Rates{Requests: int64(u.RequestsPerS), Bytes: int64(u.BytesPerS)}
+		}
+		a.Limits = limit.NewUsers(rates)
+	}
+	return a
 }

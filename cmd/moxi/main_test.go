@@ -212,14 +212,14 @@ func TestSocketFile(t *testing.T) {
 	stale.(*net.UnixListener).SetUnlinkOnClose(false)
 	stale.Close()
 
-	ln, err := listen(sock, nil, slog.New(slog.DiscardHandler))
+	ln, err := listen(sock, nil, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("listen over a stale socket: %v", err)
 	}
 	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != socketMode {
 		t.Errorf("socket: %v %v", fi.Mode(), err)
 	}
-	if _, err := listen(sock, nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "another process") {
+	if _, err := listen(sock, nil, nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "another process") {
 		t.Errorf("listen on a socket in use: %v", err)
 	}
 	ln.Close()
@@ -231,7 +231,7 @@ func TestSocketFile(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := listen(file, nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "not a socket") {
+	if _, err := listen(file, nil, nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("listen on a regular file: %v", err)
 	}
 	if _, err := os.Lstat(file); err != nil {
@@ -249,7 +249,7 @@ func TestTLSHandshakeBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := listen("127.0.0.1:0", func() *tls.Config { return conf }, slog.New(slog.DiscardHandler))
+	ln, err := listen("127.0.0.1:0", nil, func() *tls.Config { return conf }, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

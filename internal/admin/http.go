@@ -6,6 +6,7 @@ package admin
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/moxi-proxy/moxi/internal/config"
 	"github.com/moxi-proxy/moxi/internal/migrate"
+	"github.com/moxi-proxy/moxi/internal/reqlog"
 	"github.com/moxi-proxy/moxi/internal/topology"
 )
 
@@ -49,7 +51,20 @@ type Sources struct {
 	Pprof      bool        // serve /debug/pprof/
 	// Invalidator takes POST /invalidate's keys (a peer's writes); nil: the path is not served.
 	Invalidator Invalidator
+	// Requests is the request log GET /requests streams; nil: the path is not served.
+	Requests *reqlog.Log
+	// Upgrader upgrades moxi in place (POST /upgrade); nil: the path is not served.
+	Upgrader Upgrader
 }
+
+// Upgrader upgrades the process in place (SIGUSR2, POST /upgrade): it returns once the
+// successor is ready, or with why not (ErrUpgrading while one runs).
+type Upgrader interface {
+	Upgrade() error
+}
+
+// ErrUpgrading is Upgrade's answer while an upgrade is under way.
+var ErrUpgrading = errors.New("an upgrade is under way")
 
 // openPaths are served without the admin token: what probes and Prometheus read, which
 // neither changes nor reveals the config.
@@ -84,7 +99,10 @@ var Endpoints = []struct{ Pattern, Doc string }{
 	{"POST /reload", "reload the config file: what changed, or why not"},
 	{"GET /config", "the config in service, every default filled in, as YAML"},
 	{"GET /hotkeys", "each pool's hottest keys (hot_keys), as JSON"},
+	{"GET /route", "where ?key=K goes now (&listener=ADDR, &user=U), as JSON"},
+	{"GET /requests", "a live stream of requests (?slow=5ms, sample=0.01, errors=1, prefix=P), JSON lines"},
 	{"POST /invalidate", "drop keys from the hot cache (JSON lines from a peer)"},
+	{"POST /upgrade", "upgrade in place to the binary at moxi's path (as SIGUSR2)"},
 	{"GET /debug/pprof/", "Go's profiles, with --pprof only"},
 }
 
@@ -141,8 +159,25 @@ func Handler(src Sources) http.Handler {
 	mux.HandleFunc("GET /hotkeys", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, HotKeys(src.Topologies.Topology()))
 	})
+	mux.HandleFunc("GET /route", routeHandler(src))
 	if src.Invalidator != nil {
 		mux.HandleFunc("POST /invalidate", invalidate(src.Invalidator))
+	}
+	if src.Requests != nil {
+		mux.HandleFunc("GET /requests", watchRequests(src.Requests))
+	}
+	if src.Upgrader != nil {
+		mux.HandleFunc("POST /upgrade", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			switch err := src.Upgrader.Upgrade(); {
+			case errors.Is(err, ErrUpgrading):
+				http.Error(w, err.Error(), http.StatusConflict)
+			case err != nil:
+				http.Error(w, "upgrade failed, this process keeps serving: "+err.Error(), http.StatusInternalServerError)
+			default:
+				io.WriteString(w, "upgrading: the successor is ready and takes the client connections over\n")
+			}
+		})
 	}
 	if src.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -32,6 +32,8 @@ type answerQueue struct {
 	raw   syscall.RawConn // nc's descriptor, for writes that must not wait (tryWrite); nil for TLS
 	acct  *account        // the connection's byte account (account.go)
 	lower func([]uint64)  // lowers the fences a task's writes raised (fence.go)
+	// logWritten offers a task's requests to the request log once its answer is written.
+	logWritten func(*task)
 
 	mu         sync.Mutex
 	cond       sync.Cond   // broadcast when answers were written or the writer token is free
@@ -232,6 +234,9 @@ func (q *answerQueue) wrote(err error) {
 		q.fail(err)
 	}
 	for _, t := range q.written {
+		if len(t.logged) > 0 && err == nil { // a broken connection's answers were not written
+			q.logWritten(t)
+		}
 		q.windowUsed -= t.weight
 		q.s.putTask(t)
 	}

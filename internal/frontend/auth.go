@@ -3,9 +3,12 @@ package frontend
 import (
 	"bytes"
 	"encoding/base64"
-	"time"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moxi-proxy/moxi/internal/auth"
+	"github.com/moxi-proxy/moxi/internal/auth/limit"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 )
 
@@ -16,18 +19,39 @@ type Auth struct {
 	// (a users file line is "user:password"), so the client's key is what follows the
 	// first one.
 	Namespaces bool
+	// Limits is each user's requests and bytes a second (config auth.limits); nil: none.
+	// SetAuth carries over the buckets of the users whose limits did not change.
+	Limits *limit.Users
+
+	gen uint64 // set by SetAuth before it is in force: which Auth a login's look-up is of
 }
 
 // login is the user a connection authenticated as.
 type login struct {
 	user      string
 	namespace []byte // "<user>:"
+
+	// The user's limits and counters under the Auth in force (its gen; a generation, not
+	// the Auth, so that an idle connection does not keep a replaced users file alive),
+	// looked up again when another is (see overLimit). Owned by the reader; limit is read
+	// by whoever makes an answer (owe) as well.
+	under             uint64
+	limit             atomic.Pointer[limit.User] // nil: no limit
+	requests, limited prometheus.Counter         // nil: not counted (no RegisterMetrics)
 }
 
 // SetAuth puts a in force for every connection, open ones included: from now on a client
 // must authenticate before any other request, and a connection logged in as a user a does
-// not have is closed. nil: clients need not authenticate.
+// not have is closed. nil: clients need not authenticate. The users' buckets that a's
+// limits share with the Auth it replaces keep what they hold; each connection looks up
+// its user's anew at its next request.
 func (s *Server) SetAuth(a *Auth) {
+	if a != nil {
+		a.gen = s.logins.gen.Add(1)
+		if prev := s.auth.Load(); prev != nil {
+			a.Limits.Keep(prev.Limits, a.Users.Has)
+		}
+	}
 	s.auth.Store(a)
 	if a == nil {
 		return
@@ -90,6 +114,8 @@ func (c *conn) guard() (answered bool, err error) {
 		c.loginWith(a, user, password, ok, errAuthFormat)
 	case l == nil:
 		c.refuse(errUnauthenticated)
+	case c.overLimit(a, l):
+		// Answered SERVER_ERROR rate limited, or dropped.
 	case a.Namespaces:
 		if re := c.storeKeys(l.namespace); re != nil {
 			c.refuse(re)
@@ -104,12 +130,15 @@ func (c *conn) guard() (answered bool, err error) {
 
 // loginWith ends a login attempt as user with password, well formed when ok (else
 // answered malformed): the connection is then logged in as user, or, on a failure, logged
-// out, as memcached does. A connection's failures in a row are answered ever later (see
-// auth.Delay): a client guessing passwords waits, the others do not.
+// out, as memcached does. The failures in a row of an address or of a user are answered
+// ever later, whatever the connection (paceFailure): a client guessing passwords waits,
+// the others do not.
 func (c *conn) loginWith(a *Auth, user string, password []byte, ok bool, malformed *protocol.RequestError) {
 	if ok && a.Users.Check(user, password) {
 		c.login.Store(&login{user: user, namespace: []byte(user + ":")})
 		c.failedLogins = 0
+		pacer, _ := c.s.failures()
+		pacer.Succeed(user)
 		if c.binary {
 			c.answerBinary(auth.Authenticated)
 		} else {
@@ -118,20 +147,7 @@ func (c *conn) loginWith(a *Auth, user string, password []byte, ok bool, malform
 		return
 	}
 	c.login.Store(nil)
-	c.failedLogins++
-	c.s.authFailures.Add(1)
-	// Never the password: the log is read by more people than the users file.
-	c.s.logger().Warn("client authentication failed", "remote", c.nc.RemoteAddr().String(), "user", user,
-		"failures_in_a_row", c.failedLogins)
-	if d := auth.Delay(c.failedLogins); d > 0 {
-		c.answers.endBurst() // the answers before this one are not held back meanwhile
-		timer := time.NewTimer(d)
-		select {
-		case <-timer.C:
-		case <-c.s.stop:
-			timer.Stop()
-		}
-	}
+	c.paceFailure(user, ok && a.Users.Has(user))
 	if !ok {
 		c.refuse(malformed)
 		return

@@ -95,6 +95,13 @@ type conn struct {
 	readDeadline bool      // a read deadline is set on nc
 	rawRead      rawRead   // readIdle's
 
+	// The request log (requestlog.go), while someone watches; owned by the reader.
+	lastRead   time.Time                              // when the last bytes were read
+	reqFirst   time.Time                              // when the first byte of the request being read arrived; zero: not yet
+	reqStarted time.Time                              // reqFirst of the request just decoded
+	client     string                                 // the client's address, once needed
+	locate     func(key []byte) (pool, server string) // the handler's Locate, when it is a Locator
+
 	// Parking (park.go).
 	parkable    bool         // the poller can watch nc's socket, and a TLS handshake is over; owned by the reader
 	handshaking bool         // the poller can watch nc's socket once its TLS handshake is over; owned by the reader
@@ -119,6 +126,7 @@ func newConn(s *Server, h Handler, nc net.Conn, chain *turn.Chain) *conn {
 		c.handshaking = !c.parkable
 	}
 	c.answers.init(s, nc, c.raw, &c.acct, c.fences.lower)
+	c.answers.logWritten = c.logWritten
 	return c
 }
 
@@ -147,6 +155,9 @@ func (c *conn) serve() (parked bool) {
 			if c.s.closing.Load() {
 				break // Shutdown's interrupt may have been undone
 			}
+		}
+		if c.s.handingOver.Load() && c.parkable && c.park() {
+			return true // at a request boundary: HandOver takes it from the poller
 		}
 		c.waitBegins()
 		n, err := c.readIdle()
@@ -186,6 +197,7 @@ func (c *conn) serve() (parked bool) {
 // unanswered, nothing read behind it), else on a worker, in its turn.
 func (c *conn) start(t *task) {
 	walk.Step()
+	c.snapshot(t)
 	reqs := t.run()
 	c.fences.wait(reqs, c.answers.endBurst) // an earlier write of one of its keys may be retried: not overtaken
 	t.fences = c.fences.raise(reqs, t.fences)
@@ -304,6 +316,8 @@ func (c *conn) finish(t *task, mayWait bool) {
 	defer c.recoverPanic(t)
 	t.turn.Release()
 	c.s.observe(&t.req, t.resps)
+	c.owe(t, &t.req, t.resps) // its user's bytes limit (limits.go)
+	c.noteAnswers(t, t.resps)
 	if !t.single && len(t.req.Keys) > 1 && valueBytes(t.resps) > partBytes {
 		if mayWait {
 			c.writeFetched(t)

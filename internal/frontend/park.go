@@ -114,6 +114,9 @@ func (s *Server) sweep() {
 
 // tick is one sweep's look at c.
 func (c *conn) tick() {
+	if c.s.handingOver.Load() {
+		c.readerState.CompareAndSwap(readerWaiting, readerSeen) // asked at once: HandOver waits for it
+	}
 	if c.readerState.CompareAndSwap(readerWaiting, readerSeen) || c.readerState.Load() != readerSeen ||
 		c.acct.held.Load() != 0 { // answers still due: not quiet, no use asking
 		return
@@ -230,6 +233,9 @@ func (s *Server) wake(p parked) {
 		}
 	}
 	s.mu.Lock()
+	if s.conns == nil { // a connection adopted before any was accepted
+		s.conns = make(map[*conn]struct{})
+	}
 	s.conns[c] = struct{}{} // listed before serve looks at closing: Shutdown interrupts it, or it sees closing
 	s.mu.Unlock()
 	c.serveAndClose()

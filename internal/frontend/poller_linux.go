@@ -155,6 +155,19 @@ func (pl *poller) takeIf(drop func(*parked) bool) []parked {
 	return out
 }
 
+// count is the number of connections in the table that match.
+func (pl *poller) count(match func(*parked) bool) int {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	n := 0
+	for slot := range int32(len(pl.chunks) * slotsPerChunk) {
+		if at := pl.at(slot); at.nc != nil && match(at) {
+			n++
+		}
+	}
+	return n
+}
+
 // parked is the number of connections in the table.
 func (pl *poller) parked() int {
 	pl.mu.Lock()

@@ -49,6 +49,9 @@ func (c *conn) Read(p []byte) (int, error) {
 		c.readDeadline = true
 	}
 	n, err := c.nc.Read(p)
+	if n > 0 {
+		c.noteRead()
+	}
 	c.filled = n == len(p)
 	c.input += int64(n)
 	c.acct.hold(int64(n))
@@ -66,6 +69,9 @@ func (c *conn) readIdle() (int, error) {
 	if c.raw == nil {
 		n, err := c.nc.Read(c.idle[:])
 		c.pending, c.filled = c.idle[:n], n == len(c.idle)
+		if n > 0 {
+			c.noteRead()
+		}
 		return n, err
 	}
 	r := &c.rawRead
@@ -89,6 +95,7 @@ func (c *conn) readIdle() (int, error) {
 	}
 	c.first = buf
 	c.pending, c.filled = (*buf)[:n], n == len(*buf)
+	c.noteRead()
 	return n, err
 }
 
@@ -152,6 +159,9 @@ func (c *conn) overOwnLocked() bool {
 // settleInput counts, after a request was decoded, only the input still buffered (the next
 // requests) as the connection's input: what the request took is now its task's, or gone.
 func (c *conn) settleInput() {
+	if c.s.RequestLog.Watching() {
+		c.decoded()
+	}
 	now := int64(c.buffered() + len(c.pending))
 	c.acct.hold(now - c.input)
 	c.input = now

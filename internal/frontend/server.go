@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/reqlog"
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
@@ -66,9 +67,15 @@ type Server struct {
 	// PanicHook, when set, is called with each request before it is handled: a test makes
 	// it panic to see one request's panic cost its connection alone.
 	PanicHook func(*protocol.Request)
+	// RequestLog, when set, is shown each request answered while someone watches it
+	// (GET /requests): with its pool and server when the handler is a Locator.
+	RequestLog *reqlog.Log
 
 	auth         atomic.Pointer[Auth] // SetAuth's; nil: clients need not authenticate
 	authFailures atomic.Uint64        // failed logins
+	logins       logins               // failed logins' pacing and log, users' request counters (limits.go)
+
+	handingOver atomic.Bool // HandOver runs: connections park at their next request boundary
 
 	current atomic.Int64
 	total   atomic.Uint64 // connections accepted
@@ -152,6 +159,7 @@ func (s *Server) RegisterMetrics(reg prometheus.Registerer) {
 			Name: "moxi_auth_failures_total",
 			Help: "Failed client logins (SASL auth or the text protocol's login set): a wrong user or password, or a malformed attempt.",
 		}, func() float64 { return float64(s.authFailures.Load()) }))
+	s.registerUserMetrics(reg) // moxi_user_requests_total, moxi_rate_limited_total (limits.go)
 	for reason, name := range closeReasonNames {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "moxi_connections_closed_total",

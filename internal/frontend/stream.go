@@ -20,6 +20,8 @@ func (c *conn) stream(t *task) {
 		sub.Keys = keys[first:end]
 		t.resps = c.handler.Handle(c.s.ctx, each, t.alone(&sub), t.resps[:0])
 		avg := c.s.observe(&sub, t.resps)
+		c.owe(t, &sub, t.resps) // its user's bytes limit (limits.go)
+		c.noteAnswers(t, t.resps)
 		ended, err := c.writeParts(t, &sub, t.resps, first, end == len(keys))
 		clear(t.resps)
 		if err != nil {

@@ -2,8 +2,10 @@ package frontend
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/reqlog"
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
@@ -49,6 +51,13 @@ type task struct {
 	poisoned bool
 
 	fences []uint64 // the fences its writes raised (conn.fences), lowered once it is answered; owned by the reader, then by whoever answers it
+
+	// While someone watches the request log (requestlog.go): when its first byte was read,
+	// and what the log shows of its requests.
+	firstByte time.Time
+	logged    []reqlog.Record
+	logKeys   []byte // the keys of logged, back to back
+	logTally  tally  // what the parts of a multi-key get answered so far
 }
 
 // finishStarted ends a run the handler started (conn.begin) once it is answered.
@@ -129,6 +138,11 @@ func (t *task) reset() {
 	t.keys, t.data, t.resps, t.batch, t.out, t.spans, t.flags = t.keys[:0], t.data[:0], t.resps[:0], t.batch[:0], t.out[:0], t.spans[:0], t.flags[:0]
 	t.stream, t.writer, t.silent, t.single, t.weight, t.done, t.conn = false, false, false, false, 0, false, nil
 	t.requests, t.valueKeys, t.held, t.fences = 0, 0, 0, t.fences[:0]
+	clear(t.logged)
+	t.firstByte, t.logged, t.logKeys, t.logTally = time.Time{}, t.logged[:0], t.logKeys[:0], tally{}
+	if cap(t.logKeys) > keepOutput {
+		t.logKeys = nil
+	}
 	if cap(t.data) > keepOutput {
 		t.data = nil
 	}

@@ -120,12 +120,29 @@ func (c *Cache) Get(pool string, key []byte) (Entry, bool) {
 	// A write of the key (or of one sharing its stripe) since the fetch ends the entry, even
 	// one nobody dropped: a key served because it is hot (hot_keys.cache) may cool, be
 	// written while not hot, and turn hot again; and POST /invalidate moves the epoch only.
-	now := time.Now()
-	if now.Sub(e.added) >= c.ttl || !e.Expires.IsZero() && !now.Before(e.Expires) || c.writes.Epoch(key) != e.epoch {
+	if !c.servable(&e, key, time.Now()) {
 		c.lru.Remove(name)
 		return Entry{}, false
 	}
 	return e.Entry, true
+}
+
+// servable reports whether e, the entry of key, may be served at now: younger than the TTL,
+// its item not expired, and no write of the key since it was fetched.
+func (c *Cache) servable(e *timedEntry, key []byte, now time.Time) bool {
+	return now.Sub(e.added) < c.ttl && (e.Expires.IsZero() || now.Before(e.Expires)) && c.writes.Epoch(key) == e.epoch
+}
+
+// Holds reports whether Get would answer key of pool now, without Get's effects: the LRU
+// order is left as it is, and an entry past serving is not dropped. For the admin views.
+func (c *Cache) Holds(pool string, key []byte) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.lru.Peek(nameOf(pool, key))
+	return ok && c.servable(&e, key, time.Now())
 }
 
 // Epoch is the ticket of key, to be taken before fetching a value of it to Add.

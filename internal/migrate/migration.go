@@ -205,6 +205,16 @@ func (m *Migration) serving() pool.Server {
 	return m.opts.New
 }
 
+// ReadsFrom is the old server's address while reads of the slot go to it: all of them while
+// scheduled, those the new server misses while copying (or after a failed copy); "" once
+// the copy is done.
+func (m *Migration) ReadsFrom() string {
+	if m.Phase() == Done {
+		return ""
+	}
+	return m.opts.From
+}
+
 // Up is the serving server's health: while its slot migrates, failover treats the slot as
 // its new server.
 func (m *Migration) Up() bool { return m.serving().Up() }

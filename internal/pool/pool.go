@@ -147,6 +147,12 @@ func (p *Pool) Locate(key []byte) int {
 	return i
 }
 
+// Placement is Locate and Owner of key from one look at the members' health: the member
+// that serves key, and the one that owns it. They differ while the owner does not serve and
+// another member stands in for it (failover), or, with replicas, another replica serves
+// first. It does not allocate.
+func (p *Pool) Placement(key []byte) (serving, owner int) { return p.locate(key) }
+
 // locate is Locate, and the owner of key.
 func (p *Pool) locate(key []byte) (i, owner int) {
 	if len(p.members) == 1 {

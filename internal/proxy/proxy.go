@@ -371,3 +371,35 @@ func (p *Proxy) everyServer(ctx context.Context, order *turn.Turn, t *topology.T
 	}
 	return protocol.Response{}
 }
+
+// Locate is where key goes now for a client of the main listener: its pool and the server
+// that serves it (the request log names them, frontend.Locator).
+func (p *Proxy) Locate(key []byte) (pool, server string) { return locate(p.topology(""), key) }
+
+// Locate is Proxy.Locate for the listener's clients.
+func (l Listener) Locate(key []byte) (pool, server string) { return locate(l.p.topology(l.addr), key) }
+
+func locate(t *topology.Topology, key []byte) (pool, server string) {
+	pl := t.PoolFor(key)
+	return pl.Name(), pl.Member(pl.Locate(key)).Name
+}
+
+// Addr is the listener's address.
+func (l Listener) Addr() string { return l.addr }
+
+// settlePoll is how often Settled looks at the fire-and-forget queue.
+const settlePoll = 5 * time.Millisecond
+
+// Settled waits until no fire-and-forget write is queued or being written, or ctx ends:
+// before a client connection goes to a successor process (an upgrade), so that a read it
+// sends there cannot overtake a write this process answered STORED.
+func (p *Proxy) Settled(ctx context.Context) error {
+	for p.queue.Pending() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(settlePoll):
+		}
+	}
+	return nil
+}

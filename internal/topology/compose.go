@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"slices"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/failover"
@@ -40,8 +41,10 @@ type Stack struct {
 
 // Compose composes pl's members' stacks (see Stack), before pl is in service. The pools
 // that st's features name may be composed before or after pl: their layers ask those
-// pools' members' servers when they need them.
-func Compose(pl *pool.Pool, shared *route.Shared, st Stack) {
+// pools' members' servers when they need them. It returns each member's server under its
+// failover layer (layer 3, or the one under it when there is none): where a layer that
+// places a request anew sends it.
+func Compose(pl *pool.Pool, shared *route.Shared, st Stack) []pool.Server {
 	servers := make([]pool.Server, pl.Len())
 	for i := range servers {
 		m := pl.Member(i)
@@ -55,6 +58,7 @@ func Compose(pl *pool.Pool, shared *route.Shared, st Stack) {
 		}
 		servers[i] = s
 	}
+	placed := slices.Clone(servers)
 	st.Replica.StandIns = st.StandIns
 	servers = replica.Wrap(pl, st.Replica, servers)
 	servers = failover.Wrap(pl, st.StandIns, st.FailoverTTL, servers)
@@ -64,4 +68,5 @@ func Compose(pl *pool.Pool, shared *route.Shared, st Stack) {
 		s = shared.WithShadow(pl, st.Shadow, st.ShadowFraction, s)
 		pl.Member(i).Server = s
 	}
+	return placed
 }

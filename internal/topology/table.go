@@ -7,6 +7,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/auth"
 	"github.com/moxi-proxy/moxi/internal/hotcache"
 	"github.com/moxi-proxy/moxi/internal/hotkeys"
+	"github.com/moxi-proxy/moxi/internal/migrate"
 	"github.com/moxi-proxy/moxi/internal/pool"
 )
 
@@ -39,6 +40,10 @@ type Topology struct {
 	// Listeners are the table as the clients of each further listener see it, by address:
 	// the same but for Default, that listener's default pool. nil when there are none.
 	Listeners map[string]*Topology
+
+	// placed is, per pool, each member's server under its failover layer (Compose's
+	// answer), for MovingFrom; nil for a table not made by a Builder.
+	placed map[*pool.Pool][]pool.Server
 
 	// Next, when set, replaces this table from NextAt on (a config's apply_at): every
 	// request that starts then uses it, however late the timer that installs it fires.
@@ -130,6 +135,26 @@ func (t *Topology) clientKey(key []byte) []byte {
 func (t *Topology) Locate(key []byte) *pool.Member {
 	p := t.PoolFor(key)
 	return p.Member(p.Locate(key))
+}
+
+// MovingFrom is, while key moves to member i of pl — the member's migrate_from migration, or
+// a reshard moving key to it — the address of the server key is read from until it has
+// moved (the old one); "" when key is not moving. It follows key's way down the member's
+// stack as a request does: the reshard's way for key (reshardServer.via), then the
+// migration it reaches, if any.
+func (t *Topology) MovingFrom(pl *pool.Pool, i int, key []byte) string {
+	servers := t.placed[pl]
+	if servers == nil {
+		return ""
+	}
+	s := servers[i]
+	if r, ok := s.(*reshardServer); ok {
+		s = r.via(key)
+	}
+	if m, ok := s.(*migrate.Migration); ok {
+		return m.ReadsFrom()
+	}
+	return ""
 }
 
 // Members is every member of every pool, in config order.

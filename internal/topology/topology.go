@@ -177,7 +177,10 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 		if pc.Shadow != nil {
 			st.Shadow, st.ShadowFraction = byName[pc.Shadow.Pool], pc.Shadow.Fraction
 		}
-		Compose(byName[pc.Name], b.Features, st)
+		if t.placed == nil {
+			t.placed = make(map[*pool.Pool][]pool.Server, len(cfg.Pools))
+		}
+		t.placed[byName[pc.Name]] = Compose(byName[pc.Name], b.Features, st)
 	}
 	for _, r := range cfg.Routes {
 		t.Routes = append(t.Routes, Route{Prefix: []byte(r.Prefix), Pool: byName[r.Pool]})

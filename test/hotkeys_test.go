@@ -247,11 +247,14 @@ pools:
 	rate := float64(m.all.Load()) / time.Since(start).Seconds()
 	t.Logf("found hot after %v; then %d gets of hot:x through moxi, %d reached its server (%.2f %%); %.0f gets/s; %d reads of hot:x, %d stale",
 		found.Round(time.Millisecond), client, server, 100*float64(server)/float64(client), rate, reads.Load(), stale.Load())
-	if found > 5*time.Second {
+	// The figures (found within 2 s, at most 1 % reaching the server at 50,000 gets/s) are
+	// TestAcceptHotKeyAbsorbed50k's, through moxi without the race detector: here, slower,
+	// each write's refill weighs more, and the bounds are loose.
+	if found > 20*time.Second {
 		t.Errorf("hot:x found hot after %v", found)
 	}
-	if float64(server) > 0.01*float64(client) {
-		t.Errorf("its server saw %d of %d gets of hot:x (more than 1 %%)", server, client)
+	if float64(server) > 0.05*float64(client) {
+		t.Errorf("its server saw %d of %d gets of hot:x (more than 5 %%)", server, client)
 	}
 	if stale.Load() != 0 {
 		t.Errorf("%d of %d reads of hot:x older than the newest write acknowledged before them", stale.Load(), reads.Load())
@@ -282,8 +285,11 @@ func (a *ackLog) floor(k string, at time.Time) int64 {
 
 // TestHotCachePeers: two moxi with hot_cache.peers of each other and a 60 s ttl, a writer
 // of 20 hot keys through A, readers through B: no read through B returns a version older
-// than one acknowledged through A more than 50 ms before the read was sent. With B's admin
-// port out of A's reach (a peer address where nothing listens), A counts the failures.
+// than one acknowledged through A a second before the read was sent — without the peers'
+// invalidations it would be up to the ttl. (The figure, 50 ms, is TestAcceptHotCachePeers60s's,
+// through moxi without the race detector: this one asserts no tight bound, and logs how
+// many reads were late by more than 50 ms.) With B's admin port out of A's reach (a peer
+// address where nothing listens), A counts the failures.
 func TestHotCachePeers(t *testing.T) {
 	mc := cluster(t, 1)[0]
 	token := filepath.Join(t.TempDir(), "peer-token")
@@ -350,7 +356,8 @@ pools:
 				}
 				k := keys[rand.IntN(len(keys))]
 				sent := time.Now()
-				floor := acks.floor(k, sent.Add(-50*time.Millisecond))
+				floor := acks.floor(k, sent.Add(-time.Second))
+				figure := acks.floor(k, sent.Add(-50*time.Millisecond))
 				v, err := tc.get(k)
 				if err != nil {
 					t.Error(err)
@@ -362,12 +369,12 @@ pools:
 					stale.Add(1)
 					exMu.Lock()
 					if len(examples) < 5 {
-						examples = append(examples, fmt.Sprintf("%s read %d; %d was acknowledged 50 ms before the get", k, got, floor))
+						examples = append(examples, fmt.Sprintf("%s read %d; %d was acknowledged a second before the get", k, got, floor))
 					}
 					exMu.Unlock()
 				}
-				if v != "" && got < acks.floor(k, sent) {
-					late.Add(1) // within the 50 ms: allowed
+				if v != "" && got < figure {
+					late.Add(1) // older than 50 ms: logged
 				}
 			}
 		})
@@ -378,7 +385,7 @@ pools:
 	failed := counterValue(t, adminA, fmt.Sprintf(`moxi_peer_invalidations_total{peer=%q,result="failed"}`, nowhere))
 	sent := counterValue(t, adminA, fmt.Sprintf(`moxi_peer_invalidations_total{peer=%q,result="sent"}`, adminB))
 	taken := counterValue(t, adminB, `moxi_hotcache_invalidations_total{source="peer"}`)
-	t.Logf("%d reads through B, %d older than a version acknowledged through A 50 ms before, %d within those 50 ms; A sent B %.0f invalidations (B took %.0f), %.0f failed to the unreachable peer",
+	t.Logf("%d reads through B, %d older than a version acknowledged through A a second before, %d older than one acknowledged 50 ms before; A sent B %.0f invalidations (B took %.0f), %.0f failed to the unreachable peer",
 		reads.Load(), stale.Load(), late.Load(), sent, taken, failed)
 	if reads.Load() < 1000 {
 		t.Fatalf("only %d reads", reads.Load())

@@ -289,6 +289,7 @@ func TestLimitAnswers(t *testing.T) {
 // thousands of addresses fail as fast as they can too. moxi's log grows by under 1 MB, and
 // every failure is counted.
 func TestLoginFailuresCostTheGuesser(t *testing.T) {
+	t.Parallel() // mostly waits out the pacing: beside the other waiting tests
 	mc := memcachedtest.Start(t)
 	users := writeUsers(t, "alice:secret")
 	cfg := writeConfig(t, authConfig(users, false, "", mc.Addr))

@@ -714,8 +714,9 @@ func TestConfigInfoDrift(t *testing.T) {
 }
 
 // TestSeriesCount: a proxy with 2 pools of 5 servers in all, after traffic on 5 commands,
-// exports at most 200 moxi_* series with the defaults (each histogram bucket, sum and count
-// one series, as Prometheus stores them), and fewer with metrics.per_server false.
+// exports at most 240 moxi_* series with the defaults (each histogram bucket, sum and count
+// one series, as Prometheus stores them; the latency of each pool as its clients see it
+// takes 13 a pool), and fewer with metrics.per_server false.
 func TestSeriesCount(t *testing.T) {
 	t.Parallel()
 	mcs := cluster(t, 5)
@@ -764,8 +765,8 @@ routes:
 	byServer, families := count("")
 	byPool, _ := count("metrics:\n  per_server: false\n")
 	t.Logf("moxi_* series, 2 pools, 5 servers, 5 commands: %d per server (the default), %d with per_server false", byServer, byPool)
-	if byServer > 200 {
-		t.Errorf("%d moxi_* series with the defaults, want at most 200; by family: %v", byServer, families)
+	if byServer > 240 {
+		t.Errorf("%d moxi_* series with the defaults, want at most 240; by family: %v", byServer, families)
 	}
 	if byPool >= byServer {
 		t.Errorf("per_server false: %d series, not fewer than the %d per server", byPool, byServer)

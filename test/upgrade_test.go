@@ -264,7 +264,8 @@ type upgradeResult struct {
 
 // upgrade installs b, triggers an upgrade (POST /upgrade, or SIGUSR2 when signal), and
 // waits for it to be done: the successor ready, running from u.path, the old process gone
-// within goneWithin, and `version` answered with b's build on a new connection. It checks
+// within goneWithin (not waited for when 0), and `version` answered with b's build on a new
+// connection. It checks
 // that the old process counted the upgrade in moxi_upgrades_total{result="ok"}: scraped
 // from it over an admin connection it accepted (the listening socket is the successor's
 // once the upgrade is under way), or, when it ended before answering, its log line.
@@ -331,14 +332,22 @@ func (u *upgradable) upgrade(b moxiBuild, signal bool, goneWithin time.Duration)
 	case strings.Contains(u.out.String(), fmt.Sprintf(`msg="upgrade: the successor is ready" pid=%d`, r.newPID)):
 		r.oldCounted = "logged (it ended before the scrape)"
 	}
+	u.mu.Lock()
+	u.pid = r.newPID
+	u.mu.Unlock()
+	if goneWithin == 0 {
+		// The old process may still serve: a connection it accepted before it closed the
+		// listening socket, answered before it is handed over, would say the old build.
+		if !poll(10*time.Second, func() bool { return strings.HasSuffix(moxiVersion(t, u.addr), " moxi/"+b.build) }) {
+			t.Fatalf("after the upgrade to %s, version answers %q", b.build, moxiVersion(t, u.addr))
+		}
+		return r
+	}
 	if !poll(goneWithin, func() bool { return !running(old) }) {
 		t.Fatalf("the old process %d still runs %v after the upgrade", old, goneWithin)
 	}
 	r.goneAt = time.Now()
 	r.oldGone = r.goneAt.Sub(r.trigger)
-	u.mu.Lock()
-	u.pid = r.newPID
-	u.mu.Unlock()
 	if !running(r.newPID) {
 		t.Fatalf("the successor %d is not running", r.newPID)
 	}
@@ -520,6 +529,12 @@ func dialUpClient(t testing.TB, addr string, id, n int, mode upMode, keys *versi
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newUpClient(t, nc, id, n, mode, keys)
+}
+
+// newUpClient is an upClient over nc (a TLS connection, say), which it closes at the end of
+// the test.
+func newUpClient(t testing.TB, nc net.Conn, id, n int, mode upMode, keys *versionedKeys) *upClient {
 	t.Cleanup(func() { nc.Close() })
 	return &upClient{id: id, n: n, mode: mode, keys: keys, nc: nc, r: bufio.NewReaderSize(nc, 64<<10), local: nc.LocalAddr().String()}
 }

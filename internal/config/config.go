@@ -82,7 +82,7 @@ type Metrics struct {
 
 // Buckets are the request-duration histograms' buckets: LatencyBuckets, or when it is
 // empty the built-in ones, 10 from 100 µs to 1 s (each histogram is 13 series of each
-// command and server: 2 pools of 5 servers export under 200 series in all).
+// command, pool and server: 2 pools of 5 servers export under 240 series in all).
 func (m Metrics) Buckets() []float64 {
 	if len(m.LatencyBuckets) > 0 {
 		return m.LatencyBuckets

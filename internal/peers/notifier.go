@@ -67,7 +67,7 @@ func New(opts Options) *Notifier {
 	opts.Timeout = cmp.Or(opts.Timeout, DefaultTimeout)
 	n := &Notifier{
 		opts:   opts,
-		client: &http.Client{Timeout: opts.Timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 2}},
+		client: &http.Client{Timeout: opts.Timeout, Transport: &http.Transport{MaxIdleConnsPerHost: maxInFlight}},
 		logger: cmp.Or(opts.Logger, slog.Default()),
 		peers:  map[string]*peer{},
 		lines: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -164,9 +164,13 @@ func (n *Notifier) Close() {
 	n.client.CloseIdleConnections()
 }
 
-// send posts p's queued lines as they come, one batch at a time: lines queued during a
-// POST go in the next. After a failure it waits (doubling, up to maxBackoff) before trying
-// again, so that a peer that is gone costs little.
+// maxInFlight bounds the POSTs to one peer at once: lines queued while one is answered go
+// in the next at once, not after it, so that a slow answer does not delay the keys behind it.
+const maxInFlight = 4
+
+// send posts p's queued lines as they come, up to maxInFlight batches at once. After a
+// failure it waits (doubling, up to maxBackoff) before trying again, so that a peer that is
+// gone costs little.
 func (p *peer) send() {
 	defer p.n.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -178,7 +182,10 @@ func (p *peer) send() {
 		case <-ctx.Done():
 		}
 	}()
-	var body []byte
+	slots := make(chan struct{}, maxInFlight)
+	var posts sync.WaitGroup
+	defer posts.Wait()
+	var mu sync.Mutex // guards backoff
 	backoff := time.Duration(0)
 	for {
 		select {
@@ -186,8 +193,24 @@ func (p *peer) send() {
 			return
 		case <-p.kick:
 		}
+		mu.Lock()
+		wait := backoff
+		mu.Unlock()
+		if wait > 0 {
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(wait):
+			}
+		}
+		select {
+		case <-p.stop:
+			return
+		case slots <- struct{}{}:
+		}
 		p.mu.Lock()
-		body, p.queued = p.queued, body[:0]
+		body := p.queued
+		p.queued = nil
 		lines, dropped := p.lines, p.dropped
 		p.lines, p.dropped = 0, 0
 		p.mu.Unlock()
@@ -195,30 +218,32 @@ func (p *peer) send() {
 			p.n.lines.WithLabelValues(p.addr, "dropped").Add(float64(dropped))
 		}
 		if lines == 0 {
+			<-slots
 			continue
 		}
-		if err := p.post(ctx, body); err != nil {
-			p.n.lines.WithLabelValues(p.addr, "failed").Add(float64(lines))
-			if backoff == 0 {
-				p.n.logger.Warn("a peer did not take invalidations: it keeps its hot cache entries up to their ttl", "peer", p.addr, "err", err)
-			}
-			backoff = min(max(2*backoff, 50*time.Millisecond), maxBackoff)
-			select {
-			case <-p.stop:
+		posts.Go(func() {
+			defer func() { <-slots }()
+			err := p.post(ctx, body)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				p.n.lines.WithLabelValues(p.addr, "failed").Add(float64(lines))
+				if backoff == 0 {
+					p.n.logger.Warn("a peer did not take invalidations: it keeps its hot cache entries up to their ttl", "peer", p.addr, "err", err)
+				}
+				backoff = min(max(2*backoff, 50*time.Millisecond), maxBackoff)
+				select { // lines queued meanwhile go after the backoff
+				case p.kick <- struct{}{}:
+				default:
+				}
 				return
-			case <-time.After(backoff):
 			}
-			select { // lines queued meanwhile
-			case p.kick <- struct{}{}:
-			default:
+			if backoff != 0 {
+				p.n.logger.Info("a peer takes invalidations again", "peer", p.addr)
 			}
-			continue
-		}
-		if backoff != 0 {
-			p.n.logger.Info("a peer takes invalidations again", "peer", p.addr)
-		}
-		backoff = 0
-		p.n.lines.WithLabelValues(p.addr, "sent").Add(float64(lines))
+			backoff = 0
+			p.n.lines.WithLabelValues(p.addr, "sent").Add(float64(lines))
+		})
 	}
 }
 

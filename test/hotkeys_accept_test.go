@@ -618,6 +618,7 @@ func hkaPeerLoad(t *testing.T, tier hkaPeerTier, d, allowed time.Duration) hkaSt
 					return
 				default:
 				}
+				time.Sleep(time.Millisecond) // paced: the reads that matter are those right after a write
 				k := keys[rand.IntN(len(keys))]
 				sent := time.Now()
 				floor := acks.floor(k, sent)

@@ -619,7 +619,7 @@ func cpuBusy() (busy, total int64) {
 	return busy, total
 }
 
-var handedOverAtLine = regexp.MustCompile(`time=(\S+) level=INFO msg="upgrade: handed over; this process ends"`)
+var handedOverAtLine = regexp.MustCompile(`time=(\S+) level=INFO msg="upgrade: handed over; this process ends[^"]*"`)
 
 // handedOverAt is when the n'th old process (from 0) logged it had handed everything over.
 func (u *upgradable) handedOverAt(n int) (time.Time, bool) {

@@ -77,6 +77,8 @@ type upgradable struct {
 	outDone     chan struct{} // closed once every process holding the pipe has ended
 	pgid        int
 	firstExited chan struct{}
+	firstErr    error // what Wait returned for the first process; read once firstExited is closed
+	upgraded    int   // the upgrades that succeeded
 
 	mu  sync.Mutex
 	pid int // the process serving now
@@ -107,7 +109,7 @@ func startUpgradable(t *testing.T, b moxiBuild, args ...string) *upgradable {
 	pw.Close()
 	u.pgid, u.pid = cmd.Process.Pid, cmd.Process.Pid
 	go func() { _, _ = io.Copy(u.out, pr); pr.Close(); close(u.outDone) }()
-	go func() { _ = cmd.Wait(); close(u.firstExited) }()
+	go func() { u.firstErr = cmd.Wait(); close(u.firstExited) }()
 	t.Cleanup(u.stop)
 	for _, a := range []string{u.addr, u.admin} {
 		if err := memcachedtest.WaitListening(a, 30*time.Second); err != nil {
@@ -142,7 +144,7 @@ func (u *upgradable) stop() {
 			t.Errorf("moxi's output has %q:\n%s", bad, out[max(0, i-2000):min(len(out), i+4000)])
 		}
 	}
-	if t.Failed() || os.Getenv("UPGRADE_DEBUG") != "" {
+	if t.Failed() {
 		t.Logf("moxi's output (the last 20 KB):\n%s", out[max(0, len(out)-20<<10):])
 	}
 }
@@ -238,7 +240,7 @@ func (u *upgradable) successors() []int {
 	return pids
 }
 
-var handedOver = regexp.MustCompile(`msg="upgrade: handed over; this process ends" connections=(\d+) tls_connections_left=(\d+)`)
+var handedOver = regexp.MustCompile(`msg="upgrade: handed over; this process ends[^"]*" connections=(\d+) tls_connections_left=(\d+)`)
 
 // handedOver is what the n'th "handed over" line says (from 0): the connections handed
 // over and the TLS ones left; ok false while there is no such line yet.
@@ -331,6 +333,8 @@ func (u *upgradable) upgrade(b moxiBuild, signal bool, goneWithin time.Duration)
 		r.oldCounted = "scraped"
 	case strings.Contains(u.out.String(), fmt.Sprintf(`msg="upgrade: the successor is ready" pid=%d`, r.newPID)):
 		r.oldCounted = "logged (it ended before the scrape)"
+	default:
+		t.Errorf("process %d: its upgrade is neither in its moxi_upgrades_total nor in its log", old)
 	}
 	u.mu.Lock()
 	u.pid = r.newPID
@@ -348,6 +352,22 @@ func (u *upgradable) upgrade(b moxiBuild, signal bool, goneWithin time.Duration)
 	}
 	r.goneAt = time.Now()
 	r.oldGone = r.goneAt.Sub(r.trigger)
+	u.upgraded++
+	// It ended as a process that stopped serving does: its exit status when it is this
+	// test's child (the first), else its last log line (its parent is gone).
+	if old == u.pgid {
+		select {
+		case <-u.firstExited:
+			if u.firstErr != nil {
+				t.Errorf("the first process ended: %v", u.firstErr)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("the first process ended but was not reaped within 5 s")
+		}
+	}
+	if !poll(5*time.Second, func() bool { return strings.Count(u.out.String(), "level=INFO msg=stopped\n") >= u.upgraded }) {
+		t.Errorf("%d upgrades but %d old processes logged they stopped", u.upgraded, strings.Count(u.out.String(), "level=INFO msg=stopped\n"))
+	}
 	if !running(r.newPID) {
 		t.Fatalf("the successor %d is not running", r.newPID)
 	}
@@ -482,12 +502,19 @@ func (v *versionedKeys) check(i int, value string, found bool, floor int64) {
 type upMode struct {
 	pipeline bool // several requests per write, their answers read together
 	split    bool // each write in two packets 1 ms apart, cut in the middle of a request
+	// noreply: pipelined sets with noreply, each followed by a get of its key, which must
+	// read what the set wrote (a connection reads its own writes, whichever process
+	// serves the get); with split, cut right after the first set.
+	noreply bool
 }
 
 func (m upMode) String() string {
 	s := "one at a time"
 	if m.pipeline {
 		s = "pipelined"
+	}
+	if m.noreply {
+		s += ", noreply"
 	}
 	if m.split {
 		s += ", split"
@@ -541,10 +568,11 @@ func newUpClient(t testing.TB, nc net.Conn, id, n int, mode upMode, keys *versio
 
 // upOp is one request of an exchange.
 type upOp struct {
-	kind  byte // 's' set, 'g' get, 'v' version
-	key   int
-	ver   int64 // a set's version
-	floor int64 // a get's floor
+	kind    byte // 's' set, 'g' get, 'v' version
+	key     int
+	ver     int64 // a set's version
+	floor   int64 // a get's floor
+	noreply bool  // a set with noreply: no answer; a get of its own write, which confirms it
 }
 
 // run sends exchanges until stop closes, pacing each by pause.
@@ -568,7 +596,21 @@ func (c *upClient) run(stop <-chan struct{}, pause time.Duration) {
 		}
 		batch := make([]upOp, 0, ops+1)
 		buf = buf[:0]
+		cut := 0
 		for j := range ops {
+			if c.mode.noreply {
+				k := mine[rng.IntN(len(mine))]
+				next[k]++
+				v := next[k]
+				val := strconv.FormatInt(v, 10)
+				buf = fmt.Appendf(buf, "set %s 0 0 %d noreply\r\n%s\r\n", c.keys.keys[k], len(val), val)
+				if j == 0 {
+					cut = len(buf)
+				}
+				buf = fmt.Appendf(buf, "get %s\r\n", c.keys.keys[k])
+				batch = append(batch, upOp{kind: 's', key: k, ver: v, noreply: true}, upOp{kind: 'g', key: k, ver: v, floor: v, noreply: true})
+				continue
+			}
 			if (it+j)%2 == 0 {
 				k := mine[rng.IntN(len(mine))]
 				next[k]++
@@ -586,7 +628,7 @@ func (c *upClient) run(stop <-chan struct{}, pause time.Duration) {
 			batch = append(batch, upOp{kind: 'v'})
 			buf = append(buf, "version\r\n"...)
 		}
-		if err := c.exchange(buf, batch); err != nil {
+		if err := c.exchange(buf, batch, cut); err != nil {
 			c.fail(err)
 			return
 		}
@@ -606,13 +648,20 @@ func (c *upClient) fail(err error) {
 	c.err.Store(&err)
 }
 
-// exchange writes buf (split in two packets when the mode says so) and reads batch's answers.
-func (c *upClient) exchange(buf []byte, batch []upOp) error {
+// exchange writes buf (split in two packets when the mode says so, at cut, else in the
+// middle) and reads batch's answers.
+func (c *upClient) exchange(buf []byte, batch []upOp, cut int) error {
 	start := time.Now()
 	_ = c.nc.SetDeadline(start.Add(20 * time.Second))
-	c.requests.Add(int64(len(batch)))
+	for _, op := range batch {
+		if op.kind != 's' || !op.noreply {
+			c.requests.Add(1)
+		}
+	}
 	if c.mode.split && len(buf) > 1 {
-		cut := len(buf) / 2
+		if cut <= 0 || cut >= len(buf) {
+			cut = len(buf) / 2
+		}
 		if _, err := c.nc.Write(buf[:cut]); err != nil {
 			return err
 		}
@@ -623,6 +672,9 @@ func (c *upClient) exchange(buf []byte, batch []upOp) error {
 		return err
 	}
 	for _, op := range batch {
+		if op.kind == 's' && op.noreply {
+			continue
+		}
 		line, err := c.r.ReadString('\n')
 		if err != nil {
 			return err
@@ -637,6 +689,10 @@ func (c *upClient) exchange(buf []byte, batch []upOp) error {
 			c.keys.acked.Add(1)
 		case 'g':
 			if line == "END" {
+				if op.noreply { // the set just before it on this connection was overtaken, or lost
+					c.keys.check(op.key, "0", true, op.floor)
+					break
+				}
 				c.keys.check(op.key, "", false, op.floor)
 				break
 			}
@@ -653,6 +709,10 @@ func (c *upClient) exchange(buf []byte, batch []upOp) error {
 				return fmt.Errorf("get %s: %q after the value (%v)", c.keys.keys[op.key], end, err)
 			}
 			c.keys.check(op.key, string(data[:n]), true, op.floor)
+			if op.noreply && versionIn(string(data[:n])) >= op.ver {
+				c.keys.newest[op.key].Store(op.ver) // the set is applied: acknowledged by the read
+				c.keys.acked.Add(1)
+			}
 		case 'v':
 			v, ok := strings.CutPrefix(line, "VERSION ")
 			if !ok {
@@ -727,7 +787,10 @@ func loadStopper() (*loadStop, func()) {
 }
 
 // upModes are the raw clients' ways of sending, in turn.
-var upModes = []upMode{{false, false}, {false, true}, {true, false}, {true, true}}
+var upModes = []upMode{
+	{}, {pipeline: true, split: true}, {split: true}, {pipeline: true, noreply: true},
+	{pipeline: true}, {pipeline: true, noreply: true, split: true},
+}
 
 // waitClients waits until every client has completed more exchanges than it had in from, and
 // its last `version` answer ends with " moxi/"+build (build "" is any).
@@ -976,4 +1039,50 @@ func TestUpgradeConcurrent(t *testing.T) {
 	if v := moxiVersion(t, u.addr); !strings.HasSuffix(v, " moxi/"+b.build) {
 		t.Errorf("version answers %q, want build %s", v, b.build)
 	}
+}
+
+// TestUpgradeHalfSentRequest: a client has sent half a request when moxi is upgraded, and
+// sends the rest only after shutdown_timeout (2s here) has passed: the old process cannot
+// hand it over at a request boundary in time, and must not close it either ("a client sees
+// no close and no error"; what it sent that moxi has not decoded yet is part of what a
+// connection's handover carries). Its request is answered, and its next one too, by the
+// new build once the old process is gone; the other clients see no error.
+func TestUpgradeHalfSentRequest(t *testing.T) {
+	t.Parallel() // mostly waits
+	a, b := upgradeBuilds(t)
+	mcs := cluster(t, 1)
+	u := startUpgradable(t, a, "--config", writeConfig(t, "watch_config: false\nshutdown_timeout: 2s\n"+poolConfig("", addrs(mcs)...)))
+	keys := newVersionedKeys("half", 32)
+	stop, halt := loadStopper()
+	defer halt()
+	cs := upClients(t, u.addr, 4, keys, upModes, stop, time.Millisecond)
+	waitClients(t, cs, make([]int64, len(cs)), a.build, 20*time.Second)
+	slow, err := dialText(u.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	if _, err := io.WriteString(slow.c, "set upgrade:half 0 0 5\r\nab"); err != nil {
+		t.Fatal(err)
+	}
+	r := u.upgrade(b, false, 0)
+	waitClients(t, cs, exchangesOf(cs), b.build, 20*time.Second)
+	time.Sleep(3500 * time.Millisecond) // past shutdown_timeout
+	oldThen := running(r.oldPID)
+	conns, _, handed := u.handedOver(0)
+	t.Logf("3.5 s after the upgrade (shutdown_timeout 2s): the old process %d running: %v; handed over: %v (%d connections)", r.oldPID, oldThen, handed, conns)
+	ans, err := slow.call("cde\r\n")
+	t.Logf("the rest of the half-sent set, 3.5 s after the upgrade: %q %v", ans, err)
+	if err != nil || ans != "STORED" {
+		t.Errorf("the half-sent set, completed after shutdown_timeout: %q %v; want STORED on the same connection", ans, err)
+	} else {
+		if !poll(10*time.Second, func() bool { return !running(r.oldPID) }) {
+			t.Errorf("the old process %d still runs 10 s after its last client's request completed", r.oldPID)
+		}
+		if v, err := slow.call("version\r\n"); err != nil || !strings.HasSuffix(v, " moxi/"+b.build) {
+			t.Errorf("its next request: version %q %v, want build %s", v, err, b.build)
+		}
+	}
+	halt()
+	checkUpClients(t, cs, keys, []string{a.build, b.build})
 }

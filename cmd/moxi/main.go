@@ -451,6 +451,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	up := newUpgrader(os.Args[1:], logger, reg)
 	up.front, up.px, up.builder = front, px, builder
 	up.shutdown = func() time.Duration { return rl.Config().ShutdownTimeout }
+	up.requestTimeout = func() time.Duration { return rl.Config().Limits.RequestTimeout }
 	up.data = append(up.data, addressed{cfg.Listen, ln})
 	for i, lc := range cfg.Listeners {
 		up.data = append(up.data, addressed{lc.Listen, listeners[i+1]})
@@ -515,6 +516,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR2)
 	defer signal.Stop(signals)
 	servedLeft := len(listeners) // listeners whose Serve has not returned
+	upgraded := false            // the successor took over: only TLS connections are left
 	for stopping := false; !stopping; {
 		select {
 		case err := <-served:
@@ -527,14 +529,18 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 			_ = builder.Close(context.Background())
 			return fmt.Errorf("serve: %w", err)
 		case <-up.handedAll:
-			stopping = true // TLS connections stay to the end of shutdown_timeout
+			stopping, upgraded = true, true
 		case sig := <-signals:
 			switch sig {
 			case syscall.SIGHUP:
 				_, _ = rl.Reload("SIGHUP")
 				continue
 			case syscall.SIGUSR2:
-				go func() { _ = up.Upgrade() }() // it logs how it went
+				go func() {
+					if err := up.Upgrade(); errors.Is(err, admin.ErrUpgrading) {
+						logger.Info("SIGUSR2 ignored: an upgrade is under way")
+					} // else it logged how it went
+				}()
 				continue
 			}
 			logger.Info("stopping", "signal", sig.String(), "timeout", rl.Config().ShutdownTimeout)
@@ -548,6 +554,9 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), rl.Config().ShutdownTimeout)
 	defer cancel()
+	if upgraded {
+		_ = front.Gone(ctx) // TLS connections are served to their end, within shutdown_timeout
+	}
 	if err := front.Shutdown(ctx); err != nil {
 		logger.Warn("shutdown timed out; closed remaining connections", "err", err)
 	}

@@ -34,8 +34,24 @@ import (
 // readyWithin bounds the successor's start: config loaded, listeners taken, state received.
 const readyWithin = 10 * time.Second
 
-// stateStandIns is the state section of the keys stand-ins and away replicas owe.
-const stateStandIns = "standins"
+// The state sections: the keys stand-ins and away replicas owe, and the servers marked dead.
+const (
+	stateStandIns = "standins"
+	stateDead     = "dead"
+)
+
+// deadServer is a server marked dead, as the state names it.
+type deadServer struct {
+	Pool   string `json:"pool"`
+	Server string `json:"server"`
+	Reason string `json:"reason"`
+}
+
+// deadMarker is a server that can be marked dead from outside (a memcached server, not an
+// embedded one).
+type deadMarker interface {
+	MarkDead(reason string)
+}
 
 // sockets are listening sockets moxi did not open itself, by the address configured for
 // them: its predecessor's (an upgrade) or systemd's (socket activation).
@@ -117,8 +133,20 @@ func fromPredecessor(logger *slog.Logger) (*successor, error) {
 	return &successor{ch: ch, sockets: s, state: state.Sections}, nil
 }
 
-// importState applies the predecessor's memory: the keys stand-ins owe.
+// importState applies the predecessor's memory: the servers it had marked dead (so that
+// their keys stay with their stand-ins until they answer again) and the keys stand-ins owe.
 func (s *successor) importState(b *topology.Builder, t *topology.Topology, logger *slog.Logger) error {
+	if raw := s.state[stateDead]; raw != nil {
+		var dead []deadServer
+		if err := json.Unmarshal(raw, &dead); err != nil {
+			return fmt.Errorf("state %s: %w", stateDead, err)
+		}
+		for _, d := range dead {
+			if m, ok := memberServer(t, d.Pool, d.Server).(deadMarker); ok {
+				m.MarkDead("dead before the upgrade: " + d.Reason)
+			}
+		}
+	}
 	if raw := s.state[stateStandIns]; raw != nil {
 		var owed []failover.Owed
 		if err := json.Unmarshal(raw, &owed); err != nil {
@@ -176,13 +204,14 @@ func memberServer(t *topology.Topology, poolName, member string) pool.Server {
 
 // upgrader upgrades this moxi in place.
 type upgrader struct {
-	exe      string   // the executable's path, found at start: it holds the new binary by now
-	args     []string // moxi's arguments
-	logger   *slog.Logger
-	front    *frontend.Server
-	px       *proxy.Proxy
-	builder  *topology.Builder
-	shutdown func() time.Duration // the config's shutdown_timeout
+	exe            string   // the executable's path, found at start: it holds the new binary by now
+	args           []string // moxi's arguments
+	logger         *slog.Logger
+	front          *frontend.Server
+	px             *proxy.Proxy
+	builder        *topology.Builder
+	shutdown       func() time.Duration // the config's shutdown_timeout
+	requestTimeout func() time.Duration // and limits.request_timeout
 
 	data     []addressed // the data listeners, main first
 	admin    net.Listener
@@ -309,7 +338,19 @@ func (u *upgrader) start() (*exec.Cmd, *handover.Channel, []*os.File, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := ch.Send(handover.State{Sections: map[string]json.RawMessage{stateStandIns: owed}}, nil); err != nil {
+	var dead []deadServer
+	for _, pl := range t.Pools {
+		for i := range pl.Len() {
+			if m := pl.Member(i); !m.Base.Up() {
+				dead = append(dead, deadServer{Pool: pl.Name(), Server: m.Name, Reason: m.Base.Info().Reason})
+			}
+		}
+	}
+	deadJSON, err := json.Marshal(dead)
+	if err != nil {
+		return fail(err)
+	}
+	if err := ch.Send(handover.State{Sections: map[string]json.RawMessage{stateStandIns: owed, stateDead: deadJSON}}, nil); err != nil {
 		return fail(err)
 	}
 	if _, _, err := handover.Await[handover.Ready](ch); err != nil {
@@ -341,7 +382,9 @@ func (u *upgrader) handOver(cmd *exec.Cmd, ch *handover.Channel, files []*os.Fil
 		u.admin.Close()
 	}
 	_ = ch.SetDeadline(time.Time{})
-	ctx, cancel := context.WithTimeout(context.Background(), u.shutdown())
+	// A request under way is finished here first: its connection moves at the boundary
+	// after it. request_timeout bounds how long a client may take to send one.
+	ctx, cancel := context.WithTimeout(context.Background(), max(u.shutdown(), u.requestTimeout()))
 	defer cancel()
 	listenerOf := func(h frontend.Handler) string {
 		if l, ok := h.(proxy.Listener); ok {
@@ -350,7 +393,7 @@ func (u *upgrader) handOver(cmd *exec.Cmd, ch *handover.Channel, files []*os.Fil
 		return u.data[0].addr
 	}
 	handed := 0
-	left, err := u.front.HandOver(ctx, listenerOf, func(batch []frontend.Handed) error {
+	plain, tls, err := u.front.HandOver(ctx, listenerOf, func(batch []frontend.Handed) error {
 		if err := u.px.Settled(ctx); err != nil {
 			return err
 		}
@@ -366,10 +409,12 @@ func (u *upgrader) handOver(cmd *exec.Cmd, ch *handover.Channel, files []*os.Fil
 		return err
 	})
 	if err != nil {
-		u.logger.Error("upgrade: handing client connections over stopped; the rest are served here until they close", "err", err, "handed", handed)
+		u.logger.Error("upgrade: handing client connections over stopped; the rest are served here until they close or shutdown_timeout passes",
+			"err", err, "handed", handed, "left", plain)
 	}
 	_ = ch.Send(handover.Done{}, nil)
-	u.logger.Info("upgrade: handed over; this process ends", "connections", handed, "tls_connections_left", left, "successor_pid", cmd.Process.Pid)
+	u.logger.Info("upgrade: handed over; this process ends once its TLS connections close (shutdown_timeout at most)",
+		"connections", handed, "tls_connections_left", tls, "successor_pid", cmd.Process.Pid)
 	if err := sdnotify.Notify(sdnotify.MainPID(cmd.Process.Pid)); err != nil {
 		u.logger.Warn("systemd notification failed", "err", err)
 	}

@@ -209,3 +209,8 @@ func (s *Server) askOnce(nc net.Conn, packet []byte) (protocol.BinaryResponseHea
 	err := protocol.ReadBinaryResponse(bufio.NewReaderSize(nc, 512), s.opts.Limits, &h, &resp)
 	return h, resp, err
 }
+
+// MarkDead takes the server out of service as its own failures would, probing it until it
+// answers: a successor process (an upgrade in place) starts knowing what its predecessor
+// knew, rather than sending the server's keys to it until it fails again.
+func (s *Server) MarkDead(reason string) { s.markDead(errors.New(reason)) }

@@ -156,7 +156,7 @@ func (c *conn) serve() (parked bool) {
 				break // Shutdown's interrupt may have been undone
 			}
 		}
-		if c.s.handingOver.Load() && c.parkable && c.park() {
+		if c.s.handingOver.Load() && c.parkable && plainSocket(c.nc) && c.park() {
 			return true // at a request boundary: HandOver takes it from the poller
 		}
 		c.waitBegins()

@@ -37,14 +37,14 @@ const handOverPoll = 10 * time.Millisecond
 // boundary, and batches of them go to send (listenerOf names the listener whose handler
 // served each). A connection is closed here once send returned nil for its batch: the
 // receiver has its own descriptor by then. It returns when none is left but TLS
-// connections (left, which stay served here), or when ctx ends or send fails: then the
-// connections not handed over are served here again, as before.
-func (s *Server) HandOver(ctx context.Context, listenerOf func(Handler) string, send func([]Handed) error) (left int, err error) {
+// connections (tls, which stay served here), or when ctx ends or send fails: then the
+// plain connections not handed over (plain) are served here again, as before.
+func (s *Server) HandOver(ctx context.Context, listenerOf func(Handler) string, send func([]Handed) error) (plain, tls int, err error) {
 	s.mu.Lock()
 	pl := s.poller
 	s.mu.Unlock()
 	if pl == nil {
-		return 0, errors.New("connections can only be handed over where they park (Linux)")
+		return 0, 0, errors.New("connections can only be handed over where they park (Linux)")
 	}
 	s.handingOver.Store(true)
 	defer s.handingOver.Store(false)
@@ -58,17 +58,18 @@ func (s *Server) HandOver(ctx context.Context, listenerOf func(Handler) string, 
 				for _, p := range taken {
 					go s.wake(p)
 				}
-				return 0, err
+				plain, tls := s.unparked()
+				return plain, tls, err
 			}
 			taken = taken[n:]
 		}
 		plain, tls := s.unparked()
 		if plain == 0 {
-			return tls, nil
+			return 0, tls, nil
 		}
 		select {
 		case <-ctx.Done():
-			return plain + tls, ctx.Err()
+			return plain, tls, ctx.Err()
 		case <-tick.C:
 		}
 	}
@@ -116,6 +117,21 @@ func (s *Server) unparked() (plain, tls int) {
 	}
 	tls += s.poller.count(func(p *parked) bool { return !plainSocket(p.nc) })
 	return int(s.current.Load()) - tls, tls
+}
+
+// Gone waits until every client connection has closed, or ctx ends: after HandOver, the
+// TLS connections it left, which end when their clients close them.
+func (s *Server) Gone(ctx context.Context) error {
+	tick := time.NewTicker(handOverPoll)
+	defer tick.Stop()
+	for s.current.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 // plainSocket reports whether nc is a TCP or Unix socket, which can be handed over.

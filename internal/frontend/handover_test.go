@@ -59,7 +59,7 @@ func TestHandOverAndAdopt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	handed := 0
-	left, err := old.HandOver(ctx, func(frontend.Handler) string { return "main" }, func(batch []frontend.Handed) error {
+	left, _, err := old.HandOver(ctx, func(frontend.Handler) string { return "main" }, func(batch []frontend.Handed) error {
 		for _, hd := range batch {
 			if hd.Listener != "main" {
 				t.Errorf("handed for listener %q", hd.Listener)

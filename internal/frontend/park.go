@@ -114,7 +114,7 @@ func (s *Server) sweep() {
 
 // tick is one sweep's look at c.
 func (c *conn) tick() {
-	if c.s.handingOver.Load() {
+	if c.s.handingOver.Load() && plainSocket(c.nc) {
 		c.readerState.CompareAndSwap(readerWaiting, readerSeen) // asked at once: HandOver waits for it
 	}
 	if c.readerState.CompareAndSwap(readerWaiting, readerSeen) || c.readerState.Load() != readerSeen ||

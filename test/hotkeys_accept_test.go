@@ -713,6 +713,7 @@ func TestAcceptHotCachePeers60s(t *testing.T) {
 // was sent; and A counts the invalidations it could not deliver. (The race build: the
 // bound is loose, and the failing peer's path is checked for races too.)
 func TestAcceptHotCachePeerUnreachable(t *testing.T) {
+	t.Parallel() // paced readers, a loose bound (the ttl): beside the other waiting checks
 	const run, ttl = 20 * time.Second, 2 * time.Second
 	mc := cluster(t, 1)[0]
 	adminA, adminB, nowhere := freeAddr(t), freeAddr(t), freeAddr(t)

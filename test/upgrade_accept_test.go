@@ -896,6 +896,7 @@ func TestAcceptUpgradeClients(t *testing.T) {
 // its port, then written v3 and killed again: its stand-in must not hand v2 back. Through it
 // all a persistent reader checks the keys' versions, and load on s1's keys sees no error.
 func TestAcceptUpgradeMidFailover(t *testing.T) {
+	t.Parallel() // mostly waits for servers to die and come back: beside the other waiting checks
 	for _, how := range []string{"paused", "killed"} {
 		t.Run(how, func(t *testing.T) {
 			a, b := upgradeBuilds(t)
@@ -1064,6 +1065,7 @@ func TestAcceptUpgradeMidFailover(t *testing.T) {
 // script's process is gone (killed), the old process still serves, counted the failure in
 // moxi_upgrades_total{result="failed"}, and a real binary at the path upgrades fine.
 func TestAcceptUpgradeNeverReady(t *testing.T) {
+	t.Parallel() // mostly waits out the 10 s: beside the other waiting checks
 	a, b := upgradeBuilds(t)
 	mcs := cluster(t, 1)
 	u := startUpgradable(t, a, "--config", writeConfig(t, "watch_config: false\n"+poolConfig("", addrs(mcs)...)))
@@ -1150,6 +1152,7 @@ func TestAcceptUpgradeNeverReady(t *testing.T) {
 // that never close: they are served until the old process ends, shutdown_timeout after the
 // handover.
 func TestAcceptUpgradeTLS(t *testing.T) {
+	t.Parallel() // mostly waits for shutdown_timeout: beside the other waiting checks
 	a, b := upgradeBuilds(t)
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, dir, "ca")

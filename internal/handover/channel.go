@@ -52,7 +52,15 @@ func FromFile(f *os.File) (*Channel, error) {
 // in the child's environment as EnvFD). The parent closes childFile once the child has
 // started. Both ends are close-on-exec, so no other child inherits them.
 func Pair() (parent *Channel, childFile *os.File, err error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	// Made close-on-exec under ForkLock, as package os makes its descriptors: SOCK_CLOEXEC
+	// is Linux's alone.
+	syscall.ForkLock.RLock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		return nil, nil, fmt.Errorf("handover: socketpair: %w", err)
 	}

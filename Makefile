@@ -30,9 +30,10 @@ test: deps
 
 # End-to-end checks that take over 30 s each (files tagged accept, tests named TestAccept*):
 # 100 reloads and DNS changes, release builds, long sieges. CI runs it after `make test`.
-# Those that mostly wait call t.Parallel and run together once the others are done.
+# Those that mostly wait, or measure moxi's own memory, call t.Parallel and run together once
+# the others (which time answers) are done.
 accept: deps
-	go test -race -count=1 -parallel 4 -tags accept -run '^TestAccept' -timeout 30m ./test/
+	go test -race -count=1 -parallel 6 -tags accept -run '^TestAccept' -timeout 30m ./test/
 
 # Each fuzz target for FUZZTIME (default 60s); not part of `make test`.
 FUZZTIME ?= 60s

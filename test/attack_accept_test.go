@@ -18,6 +18,7 @@ import (
 // read the answers hold at most max_connection_bytes each in moxi (4 MiB), not the 300 MB
 // they asked for.
 func TestAcceptAttackUnreadAnswers(t *testing.T) {
+	t.Parallel() // what it measures is moxi's own memory, whatever else runs
 	mc := memcachedtest.Start(t, "-m", "1024")
 	storeAttackValue(t, mc.Addr)
 
@@ -45,6 +46,7 @@ func TestAcceptAttackUnreadAnswers(t *testing.T) {
 // on — cost moxi what they have sent, within max_buffered_bytes (64 MiB) for all of them
 // together, not what they announce.
 func TestAcceptAttackHalfSentRequests(t *testing.T) {
+	t.Parallel() // mostly waits on trickling clients; what it measures is moxi's own memory
 	mc := memcachedtest.Start(t, "-m", "1024")
 	storeAttackValue(t, mc.Addr)
 

@@ -18,6 +18,7 @@ import (
 // default) of them, the least recently used going first, and still serves hits. The TTL
 // outlasts the test, so that max_bytes alone bounds the cache.
 func TestAcceptHotCacheBoundedInBytes(t *testing.T) {
+	t.Parallel() // what it measures is moxi's own memory, whatever else runs
 	const keys, reads, clients = 400, 3, 4
 	mc := memcachedtest.Start(t, "-I", "2m", "-m", "1024")
 	admin := freeAddr(t)

@@ -760,6 +760,7 @@ func TestAcceptHotCachePeerUnreachable(t *testing.T) {
 // RSS is measured on moxi built without the race detector, whose shadow memory would swamp
 // it (as TestAcceptHotCacheBoundedInBytes does).
 func TestAcceptHotKeysMemoryBound(t *testing.T) {
+	t.Parallel() // what it measures is moxi's own memory, whatever else runs
 	const (
 		nkeys   = 1_000_000
 		clients = 8

@@ -362,13 +362,9 @@ func (s *Sketch) Top(n int) []Key {
 	if n <= 0 {
 		n = s.cfg.Top
 	}
-	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.seconds(now)
-	s.rescan(t)
-	s.publish()
-	d := s.decay(t)
+	t, d := s.refreshLocked()
 	perSecond := d / (s.cfg.Sample * s.exposure(t))
 	var keys []Key
 	for i := range s.entries[:s.used] {
@@ -390,6 +386,15 @@ func (s *Sketch) Top(n int) []Key {
 	return keys
 }
 
+// refreshLocked brings the hot set up to now for a report: it is the time since the
+// sketch began, in seconds, and the decay factor there. The caller holds mu.
+func (s *Sketch) refreshLocked() (t, d float64) {
+	t = s.seconds(time.Now())
+	s.rescan(t)
+	s.publish()
+	return t, s.decay(t)
+}
+
 // HottestShare is the share of the pool's requests in the window of its most requested key,
 // hot or not (the moxi_hot_key_share gauge). It is 0 while the window weighs fewer than
 // MinSampled samples or that key fewer than minHotHits: such a share would be noise.
@@ -397,13 +402,9 @@ func (s *Sketch) HottestShare() float64 {
 	if s == nil {
 		return 0
 	}
-	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.seconds(now)
-	s.rescan(t)
-	s.publish()
-	d := s.decay(t)
+	_, d := s.refreshLocked()
 	var best float64
 	for i := range s.entries[:s.used] {
 		best = max(best, s.entries[i].hits())

@@ -235,7 +235,7 @@ pools:
 		time.Sleep(50 * time.Millisecond)
 	}
 	found := time.Since(start)
-	time.Sleep(time.Second) // the first fills
+	pollUntil(t, "hot:x answered from the hot cache", func() bool { return counterValue(t, admin, "moxi_hotcache_hits_total") > 0 })
 	server0, client0 := detailGets(t, mc.Addr, "hot"), m.hot.Load()
 	for v := int64(2); v < 12; v++ { // a write every 400 ms for 4 s
 		time.Sleep(400 * time.Millisecond)

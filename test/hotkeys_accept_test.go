@@ -725,7 +725,9 @@ func TestAcceptHotCachePeerUnreachable(t *testing.T) {
 	t.Logf("%v with B unreachable from A, B's ttl %v: %d writes through A, %d reads through B (%d misses, %.0f hot cache hits); %d stale by at most ttl + 1 s, %d by more; the worst staleness %v",
 		run, ttl, s.writes, s.reads, s.misses, hits, s.within, s.beyond, s.worst.Round(time.Millisecond))
 	t.Logf("A counted %.0f invalidations to %s failed; B took %.0f from peers; stale reads by staleness: %s", failed, nowhere, taken, s.histogram())
-	if s.reads < 1000 || s.writes < 1000 {
+	// Floors that show the run exercised something, far below what a loaded CI machine
+	// reaches (957 writes were seen there beside the other waiting checks).
+	if s.reads < 300 || s.writes < 300 {
 		t.Fatalf("only %d reads and %d writes", s.reads, s.writes)
 	}
 	if s.beyond != 0 {

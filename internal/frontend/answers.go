@@ -32,8 +32,9 @@ type answerQueue struct {
 	raw   syscall.RawConn // nc's descriptor, for writes that must not wait (tryWrite); nil for TLS
 	acct  *account        // the connection's byte account (account.go)
 	lower func([]uint64)  // lowers the fences a task's writes raised (fence.go)
-	// logWritten offers a task's requests to the request log once its answer is written.
-	logWritten func(*task)
+	// took times a task's requests and logWritten offers them to the request log, once its
+	// answer was written at the time given.
+	took, logWritten func(*task, time.Time)
 
 	mu         sync.Mutex
 	cond       sync.Cond   // broadcast when answers were written or the writer token is free
@@ -233,9 +234,16 @@ func (q *answerQueue) wrote(err error) {
 	if err != nil {
 		q.fail(err)
 	}
+	var now time.Time
 	for _, t := range q.written {
-		if len(t.logged) > 0 && err == nil { // a broken connection's answers were not written
-			q.logWritten(t)
+		if t.timed && err == nil { // a broken connection's answers were not written
+			if now.IsZero() {
+				now = time.Now()
+			}
+			q.took(t, now)
+			if len(t.logged) > 0 {
+				q.logWritten(t, now)
+			}
 		}
 		q.windowUsed -= t.weight
 		q.s.putTask(t)

@@ -95,7 +95,8 @@ type conn struct {
 	readDeadline bool      // a read deadline is set on nc
 	rawRead      rawRead   // readIdle's
 
-	// The request log (requestlog.go), while someone watches; owned by the reader.
+	// How long requests take (took.go) and the request log (requestlog.go); owned by the reader.
+	timer      Timer                                  // the handler, when it is a Timer
 	lastRead   time.Time                              // when the last bytes were read
 	reqFirst   time.Time                              // when the first byte of the request being read arrived; zero: not yet
 	reqStarted time.Time                              // reqFirst of the request just decoded
@@ -115,6 +116,7 @@ func newConn(s *Server, h Handler, nc net.Conn, chain *turn.Chain) *conn {
 	c := &conn{s: s, handler: h, nc: nc, chain: chain}
 	c.acct.init(s)
 	c.starter, _ = h.(Starter)
+	c.timer, _ = h.(Timer)
 	switch plain := nc.(type) { // bytes written to the socket are the client's (not TLS's)
 	case *net.TCPConn:
 		c.raw, _ = plain.SyscallConn()
@@ -126,7 +128,7 @@ func newConn(s *Server, h Handler, nc net.Conn, chain *turn.Chain) *conn {
 		c.handshaking = !c.parkable
 	}
 	c.answers.init(s, nc, c.raw, &c.acct, c.fences.lower)
-	c.answers.logWritten = c.logWritten
+	c.answers.logWritten, c.answers.took = c.logWritten, c.took
 	return c
 }
 
@@ -197,7 +199,16 @@ func (c *conn) serve() (parked bool) {
 // unanswered, nothing read behind it), else on a worker, in its turn.
 func (c *conn) start(t *task) {
 	walk.Step()
-	c.snapshot(t)
+	if !t.silent { // moxi's own request is not the client's
+		if t.firstByte.IsZero() {
+			t.firstByte = c.reqStarted // a run's is set already (addToRun)
+		}
+		if t.firstByte.IsZero() {
+			t.firstByte = time.Now() // bytes a predecessor read (handover.go)
+		}
+		t.timed = true
+		c.snapshot(t)
+	}
 	reqs := t.run()
 	c.fences.wait(reqs, c.answers.endBurst) // an earlier write of one of its keys may be retried: not overtaken
 	t.fences = c.fences.raise(reqs, t.fences)

@@ -159,9 +159,7 @@ func (c *conn) overOwnLocked() bool {
 // settleInput counts, after a request was decoded, only the input still buffered (the next
 // requests) as the connection's input: what the request took is now its task's, or gone.
 func (c *conn) settleInput() {
-	if c.s.RequestLog.Watching() {
-		c.decoded()
-	}
+	c.decoded()
 	now := int64(c.buffered() + len(c.pending))
 	c.acct.hold(now - c.input)
 	c.input = now

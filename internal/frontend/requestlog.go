@@ -18,12 +18,9 @@ type Locator interface {
 	Locate(key []byte) (pool, server string)
 }
 
-// noteRead records, while someone watches, when the bytes just read arrived: the first of
-// a request's is its start (see firstByte).
+// noteRead records when the bytes just read arrived: the first of a request's is its start
+// (task.firstByte, took.go).
 func (c *conn) noteRead() {
-	if !c.s.RequestLog.Watching() {
-		return
-	}
 	now := time.Now()
 	c.lastRead = now
 	if c.reqFirst.IsZero() {
@@ -48,12 +45,6 @@ func (c *conn) decoded() {
 func (c *conn) snapshot(t *task) {
 	if !c.s.RequestLog.Watching() {
 		return
-	}
-	if t.firstByte.IsZero() {
-		t.firstByte = c.reqStarted // a run's is its first request's (addToRun)
-	}
-	if t.firstByte.IsZero() {
-		t.firstByte = time.Now() // watching began while it was read
 	}
 	if c.client == "" {
 		c.client = c.nc.RemoteAddr().String()
@@ -119,9 +110,8 @@ func (c *conn) noteAnswers(t *task, resps []protocol.Response) {
 	}
 }
 
-// logWritten offers t's requests, their answers now written, to the request log.
-func (c *conn) logWritten(t *task) {
-	now := time.Now()
+// logWritten offers t's requests, their answers written at now, to the request log.
+func (c *conn) logWritten(t *task, now time.Time) {
 	for i := range t.logged {
 		rec := &t.logged[i]
 		if rec.Status == "" {

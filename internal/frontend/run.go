@@ -62,7 +62,7 @@ func (c *conn) addToRun() {
 	if c.building == nil {
 		c.building = c.s.getTask()
 		c.building.single = true
-		c.building.firstByte = c.reqStarted // zero unless someone watches (requestlog.go)
+		c.building.firstByte = c.reqStarted // a run's is its first request's
 	}
 	t, r := c.building, c.req
 	if r.Op.IsRetrieval() || r.Op == protocol.OpMetaGet {

@@ -54,7 +54,8 @@ type task struct {
 
 	// While someone watches the request log (requestlog.go): when its first byte was read,
 	// and what the log shows of its requests.
-	firstByte time.Time
+	firstByte time.Time // when its first byte was read (took.go)
+	timed     bool      // a client's request (not moxi's own), timed once answered
 	logged    []reqlog.Record
 	logKeys   []byte // the keys of logged, back to back
 	logTally  tally  // what the parts of a multi-key get answered so far
@@ -139,7 +140,7 @@ func (t *task) reset() {
 	t.stream, t.writer, t.silent, t.single, t.weight, t.done, t.conn = false, false, false, false, 0, false, nil
 	t.requests, t.valueKeys, t.held, t.fences = 0, 0, 0, t.fences[:0]
 	clear(t.logged)
-	t.firstByte, t.logged, t.logKeys, t.logTally = time.Time{}, t.logged[:0], t.logKeys[:0], tally{}
+	t.firstByte, t.timed, t.logged, t.logKeys, t.logTally = time.Time{}, false, t.logged[:0], t.logKeys[:0], tally{}
 	if cap(t.logKeys) > keepOutput {
 		t.logKeys = nil
 	}

@@ -75,11 +75,10 @@ func (m *metrics) pool(name string) *poolMetrics {
 	return pm
 }
 
-// request counts a request of op that took seconds.
+// request counts a request of op that took seconds to answer (moxi_request_duration_seconds
+// is took's: the client connection's measure).
 func (m *metrics) request(pm *poolMetrics, op protocol.Op, seconds float64) {
-	name := op.String()
-	pm.requests[op].get(func() prometheus.Counter { return m.requests.WithLabelValues(pm.name, name) }).Inc()
-	m.durations[op].get(func() prometheus.Observer { return m.duration.WithLabelValues(name) }).Observe(seconds)
+	pm.requests[op].get(func() prometheus.Counter { return m.requests.WithLabelValues(pm.name, op.String()) }).Inc()
 	if pm.name != "" {
 		pm.duration.get(func() prometheus.Observer { return m.poolDuration.WithLabelValues(pm.name) }).Observe(seconds)
 	}
@@ -158,7 +157,7 @@ func newMetrics(reg prometheus.Registerer, buckets []float64, pending func() flo
 		}, []string{"pool", "command"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "moxi_request_duration_seconds",
-			Help:    "Time from a decoded client request to its answer, by memcached command.",
+			Help:    "Time from a client request's first byte read to its answer's last byte written, by memcached command (the request log's micros).",
 			Buckets: buckets,
 		}, []string{"command"}),
 		poolDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -204,4 +203,9 @@ func newMetrics(reg prometheus.Registerer, buckets []float64, pending func() flo
 			Help: "Fire-and-forget writes queued or being written.",
 		}, pending))
 	return m
+}
+
+// took counts a client request of op that took seconds as its client saw it (Proxy.Took).
+func (m *metrics) took(op protocol.Op, seconds float64) {
+	m.durations[op].get(func() prometheus.Observer { return m.duration.WithLabelValues(op.String()) }).Observe(seconds)
 }

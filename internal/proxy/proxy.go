@@ -372,6 +372,13 @@ func (p *Proxy) everyServer(ctx context.Context, order *turn.Turn, t *topology.T
 	return protocol.Response{}
 }
 
+// Took counts a client request of op that took seconds, from its first byte read to its
+// answer's last byte written (frontend.Timer): moxi_request_duration_seconds.
+func (p *Proxy) Took(op protocol.Op, seconds float64) { p.metrics.took(op, seconds) }
+
+// Took is Proxy.Took for the listener's clients.
+func (l Listener) Took(op protocol.Op, seconds float64) { l.p.metrics.took(op, seconds) }
+
 // Locate is where key goes now for a client of the main listener: its pool and the server
 // that serves it (the request log names them, frontend.Locator).
 func (p *Proxy) Locate(key []byte) (pool, server string) { return locate(p.topology(""), key) }

@@ -1,0 +1,33 @@
+package frontend
+
+import (
+	"time"
+
+	"github.com/moxi-proxy/moxi/internal/protocol"
+)
+
+// How long requests take as their clients see them: from a request's first byte read to
+// its answer's last byte written, the one measure both moxi_request_duration_seconds and
+// the request log's micros use, so that "slower than X" counts the same requests in both.
+
+// Timer is a Handler that counts how long its requests took (Took: seconds for a request
+// of op, once its answer is written).
+type Timer interface {
+	Took(op protocol.Op, seconds float64)
+}
+
+// took counts, once t's answer was written at now, how long each of its client requests
+// took: a run's all took the run's time.
+func (c *conn) took(t *task, now time.Time) {
+	if c.timer == nil || !t.timed {
+		return
+	}
+	seconds := now.Sub(t.firstByte).Seconds()
+	if t.single {
+		for i := range t.batch {
+			c.timer.Took(t.batch[i].Op, seconds)
+		}
+		return
+	}
+	c.timer.Took(t.req.Op, seconds)
+}

@@ -304,6 +304,9 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 	// each has answered. A later answer that changes a list is applied as a reload with
 	// that list would be (rl.Refresh), once the reloader exists.
 	disc := discover.New(cfg, discover.Options{Registry: reg, Logger: logger})
+	if err := succ.importDiscovery(disc); err != nil {
+		return err
+	}
 	var rl *reload.Reloader // set below, before the first client connects
 	rlReady := make(chan struct{})
 	discCtx, stopDiscovery := context.WithCancel(context.Background())
@@ -332,6 +335,9 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 
 	features := route.NewShared(route.Options{MaxBackgroundBytes: cfg.Limits.MaxBackgroundBytes, Registry: reg, Logger: logger})
 	builder := &topology.Builder{Logger: logger, Dial: true, Latency: latency, LatencyByPool: !cfg.Metrics.PerServer, Features: features}
+	if err := succ.resume(builder); err != nil {
+		return err
+	}
 	pending, err := builder.Build(cfg)
 	if err != nil {
 		return err
@@ -449,7 +455,7 @@ func serve(loaded reload.Loaded, o *options, logger *slog.Logger) error {
 		listeners = append(listeners, l)
 	}
 	up := newUpgrader(os.Args[1:], logger, reg)
-	up.front, up.px, up.builder = front, px, builder
+	up.front, up.px, up.builder, up.disc = front, px, builder, disc
 	up.shutdown = func() time.Duration { return rl.Config().ShutdownTimeout }
 	up.requestTimeout = func() time.Duration { return rl.Config().Limits.RequestTimeout }
 	up.data = append(up.data, addressed{cfg.Listen, ln})

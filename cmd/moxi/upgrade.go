@@ -16,9 +16,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moxi-proxy/moxi/internal/admin"
+	"github.com/moxi-proxy/moxi/internal/backend"
+	"github.com/moxi-proxy/moxi/internal/discover"
 	"github.com/moxi-proxy/moxi/internal/failover"
 	"github.com/moxi-proxy/moxi/internal/frontend"
 	"github.com/moxi-proxy/moxi/internal/handover"
+	"github.com/moxi-proxy/moxi/internal/hotkeys"
 	"github.com/moxi-proxy/moxi/internal/pool"
 	"github.com/moxi-proxy/moxi/internal/proxy"
 	"github.com/moxi-proxy/moxi/internal/sdnotify"
@@ -34,24 +37,31 @@ import (
 // readyWithin bounds the successor's start: config loaded, listeners taken, state received.
 const readyWithin = 10 * time.Second
 
-// The state sections: the keys stand-ins and away replicas owe, and the servers marked dead.
+// The state sections, each JSON: a successor ignores a section it does not know (a
+// downgrade), and starts without one its predecessor did not send.
 const (
-	stateStandIns = "standins"
-	stateDead     = "dead"
+	stateStandIns = "standins" // the keys stand-ins and away replicas owe (failover.Owed)
+	stateDead     = "dead"     // the servers out of service, with their probes' backoff (deadServer)
+	stateDiscover = "discover" // the discovered server lists, with servers pending removal (discover.PoolState)
+	stateMoving   = "moving"   // the reshards and rebuilds under way (topology.MovingState)
+	stateHotKeys  = "hotkeys"  // each pool's hot-key counts (hotkeys.SketchState by pool)
 )
 
-// deadServer is a server marked dead, as the state names it.
+// deadServer is a server out of service, as the state names it.
 type deadServer struct {
 	Pool   string `json:"pool"`
 	Server string `json:"server"`
-	Reason string `json:"reason"`
+	backend.DeadState
 }
 
-// deadMarker is a server that can be marked dead from outside (a memcached server, not an
+// deadMarker is a server whose death can be handed over (a memcached server, not an
 // embedded one).
 type deadMarker interface {
-	MarkDead(reason string)
+	Dead() (backend.DeadState, bool)
+	MarkDead(backend.DeadState)
 }
+
+var _ deadMarker = (*backend.Server)(nil)
 
 // sockets are listening sockets moxi did not open itself, by the address configured for
 // them: its predecessor's (an upgrade) or systemd's (socket activation).
@@ -133,27 +143,66 @@ func fromPredecessor(logger *slog.Logger) (*successor, error) {
 	return &successor{ch: ch, sockets: s, state: state.Sections}, nil
 }
 
-// importState applies the predecessor's memory: the servers it had marked dead (so that
-// their keys stay with their stand-ins until they answer again) and the keys stand-ins owe.
+// section decodes the state section name into v; false when the predecessor sent none.
+func (s *successor) section(name string, v any) (bool, error) {
+	if s == nil || s.state[name] == nil {
+		return false, nil
+	}
+	if err := json.Unmarshal(s.state[name], v); err != nil {
+		return false, fmt.Errorf("state %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// importDiscovery seeds disc, before its first lookup, with the predecessor's server lists
+// and the time each missing server has been missing: no server moves at the upgrade.
+func (s *successor) importDiscovery(disc *discover.Set) error {
+	var pools []discover.PoolState
+	ok, err := s.section(stateDiscover, &pools)
+	if ok {
+		disc.Import(pools)
+	}
+	return err
+}
+
+// resume has b, before its first Build, go on with the reshards and rebuilds its
+// predecessor was running.
+func (s *successor) resume(b *topology.Builder) error {
+	var moving topology.MovingState
+	ok, err := s.section(stateMoving, &moving)
+	if ok {
+		b.Resume(moving)
+	}
+	return err
+}
+
+// importState applies the rest of the predecessor's memory to the first topology: the
+// servers it had out of service, with their probes' backoff (so that their keys stay with
+// their stand-ins until they answer again), the keys stand-ins owe, and the hot keys.
 func (s *successor) importState(b *topology.Builder, t *topology.Topology, logger *slog.Logger) error {
-	if raw := s.state[stateDead]; raw != nil {
-		var dead []deadServer
-		if err := json.Unmarshal(raw, &dead); err != nil {
-			return fmt.Errorf("state %s: %w", stateDead, err)
-		}
-		for _, d := range dead {
-			if m, ok := memberServer(t, d.Pool, d.Server).(deadMarker); ok {
-				m.MarkDead("dead before the upgrade: " + d.Reason)
-			}
+	var dead []deadServer
+	if _, err := s.section(stateDead, &dead); err != nil {
+		return err
+	}
+	for _, d := range dead {
+		if m, ok := memberServer(t, d.Pool, d.Server).(deadMarker); ok {
+			st := d.DeadState
+			st.Reason = "dead before the upgrade: " + st.Reason
+			m.MarkDead(st)
 		}
 	}
-	if raw := s.state[stateStandIns]; raw != nil {
-		var owed []failover.Owed
-		if err := json.Unmarshal(raw, &owed); err != nil {
-			return fmt.Errorf("state %s: %w", stateStandIns, err)
-		}
+	var owed []failover.Owed
+	if ok, err := s.section(stateStandIns, &owed); err != nil {
+		return err
+	} else if ok {
 		n := b.StandIns().Import(owed, func(p, member string) pool.Server { return memberServer(t, p, member) })
 		logger.Info("upgrade: stand-in writes remembered", "keys", n)
+	}
+	var hot map[string]hotkeys.SketchState
+	if ok, err := s.section(stateHotKeys, &hot); err != nil {
+		return err
+	} else if ok {
+		t.ImportHotKeys(hot)
 	}
 	return nil
 }
@@ -210,6 +259,7 @@ type upgrader struct {
 	front          *frontend.Server
 	px             *proxy.Proxy
 	builder        *topology.Builder
+	disc           *discover.Set
 	shutdown       func() time.Duration // the config's shutdown_timeout
 	requestTimeout func() time.Duration // and limits.request_timeout
 
@@ -333,24 +383,11 @@ func (u *upgrader) start() (*exec.Cmd, *handover.Channel, []*os.File, error) {
 	if err := ch.Send(handover.Listeners{Listeners: lns}, files); err != nil {
 		return fail(err)
 	}
-	t := u.px.Topology()
-	owed, err := json.Marshal(u.builder.StandIns().Export(func(s pool.Server) (string, string, bool) { return memberName(t, s) }))
+	state, err := u.state()
 	if err != nil {
 		return fail(err)
 	}
-	var dead []deadServer
-	for _, pl := range t.Pools {
-		for i := range pl.Len() {
-			if m := pl.Member(i); !m.Base.Up() {
-				dead = append(dead, deadServer{Pool: pl.Name(), Server: m.Name, Reason: m.Base.Info().Reason})
-			}
-		}
-	}
-	deadJSON, err := json.Marshal(dead)
-	if err != nil {
-		return fail(err)
-	}
-	if err := ch.Send(handover.State{Sections: map[string]json.RawMessage{stateStandIns: owed, stateDead: deadJSON}}, nil); err != nil {
+	if err := ch.Send(handover.State{Sections: state}, nil); err != nil {
 		return fail(err)
 	}
 	if _, _, err := handover.Await[handover.Ready](ch); err != nil {
@@ -358,6 +395,38 @@ func (u *upgrader) start() (*exec.Cmd, *handover.Channel, []*os.File, error) {
 	}
 	u.logger.Info("upgrade: the successor is ready", "pid", cmd.Process.Pid)
 	return cmd, ch, files, nil
+}
+
+// state is what this moxi remembers, by section, for its successor.
+func (u *upgrader) state() (map[string]json.RawMessage, error) {
+	t := u.px.Topology()
+	var dead []deadServer
+	for _, pl := range t.Pools {
+		for i := range pl.Len() {
+			m := pl.Member(i)
+			if d, ok := m.Base.(deadMarker); ok {
+				if st, isDead := d.Dead(); isDead {
+					dead = append(dead, deadServer{Pool: pl.Name(), Server: m.Name, DeadState: st})
+				}
+			}
+		}
+	}
+	sections := map[string]any{
+		stateStandIns: u.builder.StandIns().Export(func(s pool.Server) (string, string, bool) { return memberName(t, s) }),
+		stateDead:     dead,
+		stateDiscover: u.disc.Export(),
+		stateMoving:   u.builder.Moving(),
+		stateHotKeys:  t.ExportHotKeys(),
+	}
+	out := make(map[string]json.RawMessage, len(sections))
+	for name, v := range sections {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("state %s: %w", name, err)
+		}
+		out[name] = raw
+	}
+	return out, nil
 }
 
 // handOver is the second half of Upgrade: this process stops accepting (the successor

@@ -29,6 +29,10 @@ type health struct {
 	since  time.Time     // when the current state began; guarded by mu
 	up     chan struct{} // closed while the server is up; replaced when it dies; guarded by mu
 	reason error         // while dead, why: what marked it dead, then each failed probe's error; guarded by mu
+	// While dead, the wait between probes, which each failed probe doubles up to RetryMax,
+	// and when the next probe is due; guarded by mu.
+	backoff time.Duration
+	probeAt time.Time
 }
 
 func (h *health) init() {
@@ -78,24 +82,39 @@ func (s *Server) failed(err error) {
 	}
 }
 
-// markDead takes the server out of service and starts probing it, once per death.
+// markDead takes the server out of service and starts probing it, once per death: dead
+// from now, first probed after dead_backoff.
 func (s *Server) markDead(reason error) {
+	s.die(reason, time.Now(), s.opts.RetryMin, s.opts.RetryMin, false)
+}
+
+// die takes the server out of service, dead since since, and starts probing it: first
+// after wait, then at intervals doubling from backoff. A server already dead keeps its
+// record unless replace; its prober, already running, then waits on for the new probeAt.
+func (s *Server) die(reason error, since time.Time, backoff, wait time.Duration, replace bool) {
 	h := &s.health
 	h.mu.Lock()
-	if h.dead.Load() {
+	wasDead := h.dead.Load()
+	if wasDead && !replace || s.closed() {
 		h.mu.Unlock()
 		return
 	}
-	h.dead.Store(true)
-	h.since = time.Now()
-	h.up = make(chan struct{})
-	h.reason = reason
+	h.since, h.reason, h.backoff, h.probeAt = since, reason, backoff, time.Now().Add(wait)
+	if !wasDead {
+		h.dead.Store(true)
+		h.up = make(chan struct{})
+		// Under mu, which Close takes to close quit: the prober is counted before Close
+		// waits for the count to reach zero, or not started at all.
+		s.wg.Add(1)
+	}
 	h.mu.Unlock()
-	s.opts.Logger.Warn("backend marked dead", "addr", s.opts.Addr, "reason", reason.Error(), "probe_in", s.opts.RetryMin)
+	s.opts.Logger.Warn("backend marked dead", "addr", s.opts.Addr, "reason", reason.Error(), "probe_in", wait)
+	if wasDead {
+		return
+	}
 	for _, c := range s.conns {
 		c.drop(ErrDead)
 	}
-	s.wg.Add(1)
 	go s.probeLoop()
 }
 
@@ -133,14 +152,13 @@ func (s *Server) pause(d time.Duration) bool {
 	}
 }
 
-// probeLoop probes a dead server until it answers or the Server is closed.
+// probeLoop probes a dead server, each time a probe is due, until it answers or the Server
+// is closed.
 func (s *Server) probeLoop() {
 	defer s.wg.Done()
-	wait := s.opts.RetryMin
-	for s.pause(wait) {
+	for s.awaitProbe() {
 		if err := s.probe(); err != nil {
-			wait = min(2*wait, s.opts.RetryMax)
-			s.probeFailed(err, wait)
+			s.probeFailed(err)
 			continue
 		}
 		s.markUp()
@@ -148,15 +166,35 @@ func (s *Server) probeLoop() {
 	}
 }
 
+// awaitProbe waits until the next probe is due; false when the Server was closed
+// meanwhile. It looks again when its wait ends, since MarkDead may have put the probe off.
+func (s *Server) awaitProbe() bool {
+	for {
+		s.health.mu.Lock()
+		wait := time.Until(s.health.probeAt)
+		s.health.mu.Unlock()
+		if wait <= 0 {
+			return true
+		}
+		if !s.pause(wait) {
+			return false
+		}
+	}
+}
+
 // probeFailed records why a probe found the server still dead. A refusal to authenticate
 // is logged as a warning when it is news (the server was marked dead for another reason:
 // a write that failed as it hung up, say), since it will not pass by itself; other
-// failures at debug level, once per probe.
-func (s *Server) probeFailed(err error, next time.Duration) {
+// failures at debug level, once per probe. The next probe is due after twice the last wait,
+// up to dead_backoff_max.
+func (s *Server) probeFailed(err error) {
 	h := &s.health
 	h.mu.Lock()
 	news := isAuthError(err) && !isAuthError(h.reason)
 	h.reason = err
+	h.backoff = min(2*h.backoff, s.opts.RetryMax)
+	h.probeAt = time.Now().Add(h.backoff)
+	next := h.backoff
 	h.mu.Unlock()
 	if news {
 		s.opts.Logger.Warn("backend still dead: it refuses moxi's connections", "addr", s.opts.Addr, "reason", err.Error(), "probe_in", next)
@@ -210,7 +248,12 @@ func (s *Server) askOnce(nc net.Conn, packet []byte) (protocol.BinaryResponseHea
 	return h, resp, err
 }
 
-// MarkDead takes the server out of service as its own failures would, probing it until it
-// answers: a successor process (an upgrade in place) starts knowing what its predecessor
-// knew, rather than sending the server's keys to it until it fails again.
-func (s *Server) MarkDead(reason string) { s.markDead(errors.New(reason)) }
+// closed reports whether Close has begun.
+func (s *Server) closed() bool {
+	select {
+	case <-s.quit:
+		return true
+	default:
+		return false
+	}
+}

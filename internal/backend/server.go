@@ -121,7 +121,9 @@ func (s *Server) Addr() string { return s.opts.Addr }
 // the connections' goroutines to exit.
 func (s *Server) Close() error {
 	s.once.Do(func() {
+		s.health.mu.Lock() // a server dying now starts its prober before, or not at all (die)
 		close(s.quit)
+		s.health.mu.Unlock()
 		for _, c := range s.conns {
 			c.shutdown()
 		}

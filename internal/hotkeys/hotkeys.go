@@ -138,9 +138,9 @@ type Sketch struct {
 	// rescanEvery is the seconds between re-evaluations of every key's hotness on the
 	// sampled path: Window/20, soon enough for cooling, rare enough for O(counters) each.
 	rescanEvery float64
-	start       time.Time
 
 	mu        sync.Mutex // guards the fields below
+	start     time.Time  // time 0 of seconds(); Import moves it back to the predecessor's
 	entries   []counter  // len counters(); entries[:used] hold keys
 	used      int
 	heap      []int32          // indices into entries, a min-heap by count

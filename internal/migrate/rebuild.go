@@ -63,13 +63,16 @@ type RebuildOptions struct {
 	Holds func(key []byte) bool
 	// Lock is the tier lock's key: every proxy of the tier names the same one for the same
 	// restart (the server's start instant is in it).
-	Lock     string
-	Rate     int           // keys per second; 0 = no limit
-	Timeout  time.Duration // per request; default 1s
-	MaxValue int
-	Dial     Dialer
-	Writes   *writeguard.Guard // the process's writes (nil: none to wait for)
-	Logger   *slog.Logger
+	Lock string
+	// Predecessor is the lock holder (LockOwner) of the process this one took over from
+	// (an upgrade in place), when it was running this rebuild: its hold is this one's.
+	Predecessor string
+	Rate        int           // keys per second; 0 = no limit
+	Timeout     time.Duration // per request; default 1s
+	MaxValue    int
+	Dial        Dialer
+	Writes      *writeguard.Guard // the process's writes (nil: none to wait for)
+	Logger      *slog.Logger
 }
 
 // rebuildLockTTL is the tier lock's TTL in seconds: a holder renews it every third of it,
@@ -283,7 +286,7 @@ func (r *Rebuild) copyBatch(ctx context.Context, src *oldServer, keys [][]byte) 
 // takeLock takes the tier lock, or waits while another proxy holds it: true when this
 // proxy is to copy; false once the holder marked it done.
 func (r *Rebuild) takeLock(ctx context.Context, log *slog.Logger) (bool, error) {
-	owner := lockOwner()
+	owner := LockOwner()
 	for logged := false; ; {
 		add := protocol.Request{Op: protocol.OpAdd, Key: []byte(r.opts.Lock), Value: []byte(owner), Exptime: rebuildLockTTL}
 		var resp [1]protocol.Response
@@ -305,6 +308,10 @@ func (r *Rebuild) takeLock(ctx context.Context, log *slog.Logger) (bool, error) 
 			if holder == lockDone {
 				return false, nil
 			}
+			if r.opts.Predecessor != "" && holder == r.opts.Predecessor {
+				// Copied again from the start (add: no harm), under this process's name.
+				return true, r.setLock(ctx, owner, rebuildLockTTL)
+			}
 			if !logged {
 				logged = true
 				log.Info("rebuild: another proxy of the tier holds the lock and copies", "holder", holder)
@@ -325,7 +332,7 @@ func (r *Rebuild) renewLock(ctx context.Context) {
 	for {
 		select {
 		case <-tick.C:
-			_ = r.setLock(ctx, lockOwner(), rebuildLockTTL)
+			_ = r.setLock(ctx, LockOwner(), rebuildLockTTL)
 		case <-ctx.Done():
 			return
 		}
@@ -338,8 +345,8 @@ func (r *Rebuild) setLock(ctx context.Context, value string, ttl int64) error {
 	return pool.Do(ctx, r.opts.Target, nil, &set, resp[:])
 }
 
-// lockOwner names this process in the lock: host and pid, for the logs of the others.
-func lockOwner() string {
+// LockOwner names this process in the lock: host and pid, for the logs of the others.
+func LockOwner() string {
 	host, _ := os.Hostname()
 	return host + ":" + strconv.Itoa(os.Getpid())
 }

@@ -41,3 +41,28 @@ func (t *Topology) HotKey(pl *pool.Pool, key []byte) bool {
 	}
 	return t.AbsorbHot && t.HotKeys[pl].Hot(key)
 }
+
+// ExportHotKeys is what each pool's sketch has counted, by pool name, for a successor's
+// ImportHotKeys (an upgrade in place); nil when hot_keys is off.
+func (t *Topology) ExportHotKeys() map[string]hotkeys.SketchState {
+	if t.HotKeys == nil {
+		return nil
+	}
+	states := make(map[string]hotkeys.SketchState, len(t.HotKeys))
+	for pl, s := range t.HotKeys {
+		states[pl.Name()] = s.Export()
+	}
+	return states
+}
+
+// ImportHotKeys seeds each pool's sketch with the state its predecessor exported for the
+// pool of the same name, so that the keys hot before the upgrade are hot, and absorbed by
+// the hot cache, from the first request. States of pools t does not have are ignored, and
+// with hot_keys off there is nothing to seed.
+func (t *Topology) ImportHotKeys(states map[string]hotkeys.SketchState) {
+	for pl, s := range t.HotKeys {
+		if st, ok := states[pl.Name()]; ok {
+			s.Import(st)
+		}
+	}
+}

@@ -33,25 +33,38 @@ const maxRebuildsListed = 8
 // rebuildSerial numbers the flushes this process rebuilds after, for their lock keys.
 var rebuildSerial atomic.Int64
 
+// rebuildRun is a rebuild the Builder started, and the lock it names, for a successor
+// (Builder.Moving).
+type rebuildRun struct {
+	*migrate.Rebuild
+	lock string
+}
+
 // restarted starts the rebuild of pool's server name at addr, whose memcached restarted at
 // startedAt (unix seconds): every proxy of a tier names the same lock for it.
 func (b *Builder) restarted(poolName, name, addr string, startedAt int64) {
-	b.rebuild(poolName, name, addr, "__moxi__:rebuild:"+strconv.FormatInt(startedAt, 10))
+	b.rebuild(RebuildState{Pool: poolName, Server: name, Addr: addr, Lock: "__moxi__:rebuild:" + strconv.FormatInt(startedAt, 10)})
 }
 
 // flushed starts the rebuild of a replica this process flushed: no other proxy of the tier
 // flushed it at that instant, so the lock is this process's own.
 func (b *Builder) flushed(poolName, name string) {
 	host, _ := os.Hostname()
-	b.rebuild(poolName, name, "", fmt.Sprintf("__moxi__:rebuild:flush:%s:%d:%d", host, os.Getpid(), rebuildSerial.Add(1)))
+	b.rebuild(RebuildState{Pool: poolName, Server: name, Lock: fmt.Sprintf("__moxi__:rebuild:flush:%s:%d:%d", host, os.Getpid(), rebuildSerial.Add(1))})
 }
 
-// rebuild starts a rebuild of pool's member name (at addr, when given) if the running
-// topology keeps several copies of its keys.
-func (b *Builder) rebuild(poolName, name, addr, lock string) {
+// rebuild starts rs (see rebuildLocked).
+func (b *Builder) rebuild(rs RebuildState) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	pl, ok := b.placements[poolName]
+	b.rebuildLocked(rs)
+}
+
+// rebuildLocked starts a rebuild of rs.Pool's member rs.Server (at rs.Addr, when given) if
+// the running topology keeps several copies of its keys. It is named rs.Name, or when that
+// is no rebuild-<n>, after the pool's next number.
+func (b *Builder) rebuildLocked(rs RebuildState) {
+	pl, ok := b.placements[rs.Pool]
 	if !ok || pl.pool.Replicas() < 2 {
 		return // one copy of each key: nothing to refill it from
 	}
@@ -59,35 +72,39 @@ func (b *Builder) rebuild(poolName, name, addr, lock string) {
 	var from []string
 	for i := range pl.pool.Len() {
 		m := pl.pool.Member(i)
-		if m.Name == name && (addr == "" || m.Addr == addr) {
+		if m.Name == rs.Server && (rs.Addr == "" || m.Addr == rs.Addr) {
 			self = i
 		} else {
 			from = append(from, m.Addr)
 		}
 	}
-	target := b.runningServer(poolName, name)
+	target := b.runningServer(rs.Pool, rs.Server)
 	if self < 0 || target == nil {
 		return // no longer in the running topology
 	}
 	if pl.copy.sasl {
 		b.logger().Warn("no rebuild: the pool's servers require SASL, which allows only the binary protocol, and listing their keys takes the text one; reads repair the keys they find missing",
-			"pool", poolName, "server", name)
+			"pool", rs.Pool, "server", rs.Server)
 		return
 	}
 	if b.rebuildCount == nil {
 		b.rebuildCount = map[string]int{}
 	}
-	b.rebuildCount[poolName]++
+	n := runNumber(rebuildKind, rs.Name)
+	if n == 0 {
+		n = b.rebuildCount[rs.Pool] + 1
+	}
+	b.rebuildCount[rs.Pool] = max(b.rebuildCount[rs.Pool], n)
 	placed := pl.pool
 	r := migrate.NewRebuild(migrate.RebuildOptions{
-		Pool: poolName, Name: "rebuild-" + strconv.Itoa(b.rebuildCount[poolName]), Server: name, To: placed.Member(self).Addr,
+		Pool: rs.Pool, Name: runName(rebuildKind, n), Server: rs.Server, To: placed.Member(self).Addr,
 		Target: target, From: from,
 		Holds: func(key []byte) bool { set := placed.ReplicaSetOf(key); return set.Has(self) },
-		Lock:  lock, Rate: pl.copy.rate, Timeout: pl.copy.timeout, MaxValue: pl.copy.maxValue, Dial: pl.copy.dial,
+		Lock:  rs.Lock, Predecessor: rs.Holder, Rate: pl.copy.rate, Timeout: pl.copy.timeout, MaxValue: pl.copy.maxValue, Dial: pl.copy.dial,
 		Writes: &b.Features.Writes, Logger: b.logger(),
 	})
-	b.rebuilds = append(b.rebuilds, r)
-	b.pruneRebuildsLocked(poolName)
+	b.rebuilds = append(b.rebuilds, rebuildRun{r, rs.Lock})
+	b.pruneRebuildsLocked(rs.Pool)
 	r.Start()
 }
 
@@ -118,7 +135,7 @@ func (b *Builder) pruneRebuildsLocked(poolName string) {
 // stopRebuildsLocked stops the rebuilds whose server the running topology no longer has
 // (keep nil: every one), and drops them.
 func (b *Builder) stopRebuildsLocked(keep func(poolName, name string) bool) {
-	b.rebuilds = slices.DeleteFunc(b.rebuilds, func(r *migrate.Rebuild) bool {
+	b.rebuilds = slices.DeleteFunc(b.rebuilds, func(r rebuildRun) bool {
 		st := r.Status()
 		if keep != nil && keep(st.Pool, st.Server) {
 			return false

@@ -2,7 +2,6 @@ package topology
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,48 +22,79 @@ import (
 // the rest, deleting each moved key on its old server. The machinery is migrate_from's,
 // for many slots at once.
 
-// placement is a pool's key placement in the committed topology, and the reshard that is
-// moving keys into it, if any.
-type placement struct {
-	servers string     // the pool's placement settings and servers (placementOf)
-	pool    *pool.Pool // places keys: its members' Addr are the servers
-	reshard *reshardRun
-	copy    copySettings // how keys are copied between its servers (a rebuild's)
+// placing is a pool's key placement in a topology, and the reshard that is moving keys
+// into it, if any.
+type placing struct {
+	placement Placement
+	pool      *pool.Pool // places keys as placement says: its members' Addr are the servers
+	reshard   *reshardRun
+	copy      copySettings // how keys are copied between its servers (a rebuild's)
 }
 
 // reshardRun is one change of a pool's servers whose keys are still moving.
 type reshardRun struct {
 	name   string     // reshard-<n>: its /migrations entry and metric series
 	before *pool.Pool // the placement the keys move from
+	from   Placement  // what before was made of, for a successor (Builder.Moving)
 }
 
-// placementOf says what places a pool's keys: two configs that give the same string place
-// every key on the same server (address).
-func placementOf(pc *config.Pool) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %q r%d z%q", pc.Distribution, pc.Hash, pc.HashTag, pc.Replicas, pc.Zones)
+// Placement is what places a pool's keys on its servers, as a value that a successor
+// process can be handed (JSON): two equal Placements place every key on the same server.
+type Placement struct {
+	Distribution string         `json:"distribution"`
+	Hash         string         `json:"hash"`
+	HashTag      string         `json:"hash_tag,omitempty"`
+	Replicas     int            `json:"replicas,omitempty"`
+	Zones        []string       `json:"zones,omitempty"`
+	Servers      []PlacedServer `json:"servers"`
+}
+
+// PlacedServer is a server of a Placement.
+type PlacedServer struct {
+	Name   string `json:"name"` // the member's name (config.Server.MemberName)
+	Addr   string `json:"addr"`
+	Weight int    `json:"weight"`
+	Zone   string `json:"zone,omitempty"`
+}
+
+// placementOf is the placement of pc's keys.
+func placementOf(pc *config.Pool) Placement {
+	p := Placement{Distribution: pc.Distribution, Hash: pc.Hash, HashTag: pc.HashTag, Replicas: pc.Replicas, Zones: slices.Clone(pc.Zones)}
 	for _, s := range pc.Servers {
-		fmt.Fprintf(&b, " %s=%s*%d", s.MemberName(), s.Addr, s.Weight)
+		p.Servers = append(p.Servers, PlacedServer{Name: s.MemberName(), Addr: s.Addr, Weight: s.Weight, Zone: s.Zone})
 	}
-	return b.String()
+	return p
 }
 
-// placementPool is a pool that only places keys: pc's servers, without connections.
-func placementPool(pc *config.Pool) (*pool.Pool, error) {
-	members := make([]pool.Member, len(pc.Servers))
-	for i, s := range pc.Servers {
-		members[i] = pool.Member{Name: s.MemberName(), Addr: s.Addr, Weight: s.Weight, Zone: s.Zone, Server: unconnected{}}
-	}
-	return pool.New(pc.Name, pool.Options{Distribution: pc.Distribution, Hash: pc.Hash, HashTag: pc.HashTag, Replicas: pc.Replicas, Zones: pc.Zones}, members)
+// equal reports whether p and q place every key on the same server.
+func (p Placement) equal(q Placement) bool {
+	return p.Distribution == q.Distribution && p.Hash == q.Hash && p.HashTag == q.HashTag && p.Replicas == q.Replicas &&
+		slices.Equal(p.Zones, q.Zones) && slices.Equal(p.Servers, q.Servers)
 }
 
-// reshardName is the name of a pool's n-th reshard.
-func reshardName(n int) string { return "reshard-" + strconv.Itoa(n) }
+// newPool is a pool named name that only places keys, as p does, without connections.
+func (p Placement) newPool(name string) (*pool.Pool, error) {
+	members := make([]pool.Member, len(p.Servers))
+	for i, s := range p.Servers {
+		members[i] = pool.Member{Name: s.Name, Addr: s.Addr, Weight: s.Weight, Zone: s.Zone, Server: unconnected{}}
+	}
+	return pool.New(name, pool.Options{Distribution: p.Distribution, Hash: p.Hash, HashTag: p.HashTag, Replicas: p.Replicas, Zones: p.Zones}, members)
+}
 
-// reshardNumber is n of reshard-<n>, or 0 for another name.
-func reshardNumber(name string) int {
-	n, err := strconv.Atoi(strings.TrimPrefix(name, "reshard-"))
-	if err != nil || !strings.HasPrefix(name, "reshard-") {
+// The kinds of runs that move a pool's keys, which its /migrations entries are named after.
+const (
+	reshardKind = "reshard"
+	rebuildKind = "rebuild"
+)
+
+// runName is the name of a pool's n-th run of kind: kind-<n>.
+func runName(kind string, n int) string { return kind + "-" + strconv.Itoa(n) }
+
+// runNumber is n of kind-<n>, or 0 for another name.
+func runNumber(kind, name string) int {
+	digits, ok := strings.CutPrefix(name, kind+"-")
+	n, err := strconv.Atoi(digits)
+	if !ok || err != nil || n < 1 {
 		return 0
 	}
 	return n

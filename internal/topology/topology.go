@@ -51,9 +51,10 @@ type Builder struct {
 	standIns   *failover.StandIns                  // shared by every pool built; made by the first Build
 	running    map[serverKey]pool.Server           // the servers of the committed topology
 	migrations map[migrationKey]*migrate.Migration // its migrations
-	placements map[string]placement                // its pools' key placements, by pool name (reshard.go)
+	placements map[string]placing                  // its pools' key placements, by pool name (reshard.go)
 	reshards   map[string]int                      // per pool, the number of its last reshard
-	rebuilds   []*migrate.Rebuild                  // running and lately ended (rebuild.go)
+	rebuilds   []rebuildRun                        // running and lately ended (rebuild.go)
+	resumed    *MovingState                        // what Resume was handed, until the first Commit (resume.go)
 	// rebuildCount is, per pool, the number of its last rebuild.
 	rebuildCount map[string]int
 	// hotKeys are the committed topology's sketches by pool name, counted with hotKeysConfig.
@@ -105,7 +106,7 @@ type Pending struct {
 	servers    map[serverKey]pool.Server
 	created    []pool.Server
 	migrations map[migrationKey]*migrate.Migration
-	placements map[string]placement
+	placements map[string]placing
 	// hotKeys: as Builder's, for this topology (hotKeysOf).
 	hotKeys       map[string]*hotkeys.Sketch
 	hotKeysConfig hotkeys.Config
@@ -116,7 +117,7 @@ func (b *Builder) Build(cfg *config.Config) (*Pending, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	pd := &Pending{Topology: &Topology{}, b: b, servers: make(map[serverKey]pool.Server), migrations: make(map[migrationKey]*migrate.Migration),
-		placements: make(map[string]placement)}
+		placements: make(map[string]placing)}
 	t := pd.Topology
 	if b.standIns == nil {
 		b.standIns = failover.NewStandIns(MaxStandInKeys, b.logger())
@@ -349,23 +350,24 @@ func (b *Builder) reshard(pd *Pending, cfg *config.Config, pc *config.Pool, ms m
 	if len(pc.Servers) == 0 || len(ms.remotes) != len(ms.members) {
 		return nil // embedded, or a discover pool with no answer yet: nothing to move
 	}
-	after, err := placementPool(pc)
+	now := placing{placement: placementOf(pc), copy: copySettings{
+		rate: pc.MigrateRate, timeout: pc.Timeout + pc.ConnectTimeout, maxValue: Limits(cfg).MaxValueBytes, dial: ms.dial, sasl: pc.SASL != nil,
+	}}
+	after, err := now.placement.newPool(pc.Name)
 	if err != nil {
 		return nil // pool.New refuses the same members, with the same error, in Build
 	}
-	now := placement{servers: placementOf(pc), pool: after, copy: copySettings{
-		rate: pc.MigrateRate, timeout: pc.Timeout + pc.ConnectTimeout, maxValue: Limits(cfg).MaxValueBytes, dial: ms.dial, sasl: pc.SASL != nil,
-	}}
+	now.pool = after
 	cur, had := b.placements[pc.Name]
 	switch {
 	case !had:
-	case cur.servers == now.servers:
+	case cur.placement.equal(now.placement):
 		// The same servers: keys still moving go on moving, until every copy is done.
 		if cur.reshard != nil && !b.reshardDone(pc.Name, cur.reshard.name) {
 			now.reshard = cur.reshard
 		}
 	default:
-		now.reshard = &reshardRun{name: reshardName(b.reshards[pc.Name] + 1), before: cur.pool}
+		now.reshard = &reshardRun{name: runName(reshardKind, b.reshards[pc.Name]+1), before: cur.pool, from: cur.placement}
 	}
 	if now.reshard != nil && pc.SASL != nil {
 		// Keys move by lru_crawler metadump and meta commands, text that servers requiring
@@ -501,9 +503,10 @@ func (pd *Pending) Commit(grace time.Duration) {
 	}
 	for name, pl := range pd.placements {
 		if pl.reshard != nil {
-			b.reshards[name] = max(b.reshards[name], reshardNumber(pl.reshard.name))
+			b.reshards[name] = max(b.reshards[name], runNumber(reshardKind, pl.reshard.name))
 		}
 	}
+	b.resumeLocked()
 	b.mu.Unlock()
 	if len(drop) == 0 {
 		return
@@ -641,7 +644,7 @@ func (b *Builder) Migrations() []migrate.Status {
 	out := make([]migrate.Status, 0, len(b.migrations))
 	reshards := map[[3]string][]migrate.Status{} // by pool, name and zone
 	for k, m := range b.migrations {
-		if reshardNumber(k.name) > 0 {
+		if runNumber(reshardKind, k.name) > 0 {
 			st := m.Status()
 			// A pool with zones reshards zone by zone: an entry per zone, named after it.
 			zone := ""

@@ -1,0 +1,232 @@
+package test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moxi-proxy/moxi/internal/dnstest"
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
+)
+
+// probeCounter is a server that accepts connections and closes them at once: a dead
+// memcached whose probes it counts.
+type probeCounter struct {
+	ln net.Listener
+	mu sync.Mutex
+	at []time.Time
+}
+
+func startProbeCounter(t *testing.T) *probeCounter {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &probeCounter{ln: ln}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			p.at = append(p.at, time.Now())
+			p.mu.Unlock()
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return p
+}
+
+// count is how many connections came, and since is how many came at or after from.
+func (p *probeCounter) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.at)
+}
+
+func (p *probeCounter) between(from, to time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, at := range p.at {
+		if !at.Before(from) && at.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestUpgradeHandsOverMemory: what one moxi learned survives an upgrade in place, in the
+// successor from its first moment:
+//
+//   - a reshard under way (pool main going from 2 servers to 3, its copy slowed by
+//     migrate_rate): the successor lists the same reshard-1, and every key written before
+//     reads its value (the moved ones from their old server), then the copy ends;
+//   - a hot key: /hotkeys lists it before the successor saw any request;
+//   - a dead server whose probes backed off to seconds: the successor probes it at that
+//     pace, not again from dead_backoff;
+//   - a discovered server missing from the DNS answers: kept until remove_after counted
+//     from when it went missing, not from the upgrade.
+//
+// Without the handover each of these fails: the successor would start with no reshard (the
+// moved keys miss), no hot key, a fresh backoff and DNS's list of the moment.
+func TestUpgradeHandsOverMemory(t *testing.T) {
+	t.Parallel() // mostly waits for instants and polls
+	const removeAfter = 10 * time.Second
+	a, b := upgradeBuilds(t)
+	mcs := cluster(t, 3)
+	dead := startProbeCounter(t)
+	dns := dnstest.Start(t)
+	_, port, _ := net.SplitHostPort(freeAddr(t))
+	var discPort int
+	fmt.Sscan(port, &discPort)
+	var disc []*memcachedtest.Server
+	for _, host := range []string{"127.0.0.2", "127.0.0.3"} {
+		disc = append(disc, memcachedtest.StartAt(t, net.JoinHostPort(host, port)))
+	}
+	dns.SetIPs("mc.test", "127.0.0.2", "127.0.0.3")
+	config := func(main ...int) string {
+		var s strings.Builder
+		for _, i := range main {
+			fmt.Fprintf(&s, "      - {name: s%d, addr: %q}\n", i, mcs[i].Addr)
+		}
+		return fmt.Sprintf(`watch_config: false
+hot_keys: {sample: 1, window: 4s, min_share: 0.05}
+pools:
+  main:
+    timeout: 2s
+    migrate_rate: 100
+    servers:
+%s  disc:
+    timeout: 2s
+    discover: {dns: "mc.test.", port: %d, interval: 200ms, remove_after: %s, resolver: %q}
+  gone:
+    timeout: 200ms
+    connections: 1
+    failure_limit: 1
+    dead_backoff: 50ms
+    dead_backoff_max: 10s
+    servers: [{name: g0, addr: %q}]
+default_pool: main
+routes:
+  - {prefix: "disc:", pool: disc}
+  - {prefix: "gone:", pool: gone}
+`, s.String(), discPort, removeAfter, dns.Addr, dead.ln.Addr().String())
+	}
+	path := writeConfig(t, config(0, 1))
+	u := startUpgradable(t, a, "--config", path)
+
+	// The dead server: its probes back off 50 ms, 100 ms, 200 ms… while the rest is set up.
+	misses(t, u.addr, []string{"gone:1", "gone:2"}) // answered with errors: it is down
+	eventually(t, "g0 dead", func() bool { return serverStates(t, u.admin)["g0"] == "dead" })
+
+	// The keys that will move, and a hot key among many cold ones.
+	keys := make([]string, 2000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k:%d", i)
+	}
+	setKeys(t, u.addr, keys)
+	tc, err := dialText(u.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3000 {
+		key := "hot:1"
+		if i%2 == 1 {
+			key = keys[i%len(keys)]
+		}
+		if _, err := tc.get(key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc.Close()
+	isHot := func(lines []hotKeyLine) bool {
+		return slices.ContainsFunc(lines, func(l hotKeyLine) bool { return l.Key == "hot:1" })
+	}
+	eventually(t, "hot:1 listed hot", func() bool { return isHot(hotKeys(t, u.admin)) })
+
+	// A discovered server goes missing from the answers; main gets a third server.
+	eventually(t, "both discovered servers in service", func() bool {
+		got := serverStates(t, u.admin)
+		return got[disc[0].Addr] == "up" && got[disc[1].Addr] == "up"
+	})
+	dns.SetIPs("mc.test", "127.0.0.2")
+	missing := time.Now()
+	if err := os.WriteFile(path, []byte(config(0, 1, 2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := postReload(t, u.admin); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	eventually(t, "reshard-1 copying", func() bool {
+		return slices.ContainsFunc(migrations(t, u.admin), func(m migrationJSON) bool { return m.Name == "reshard-1" })
+	})
+	// The probes' interval has grown past a second: 50 ms doubled 5 times is 1.6 s.
+	eventually(t, "6 probes of the dead server", func() bool { return dead.count() >= 6 })
+	probesBefore := dead.count()
+
+	r := u.upgrade(b, false, 20*time.Second)
+	ready := r.trigger.Add(r.ready)
+	t.Logf("upgraded: pid %d -> %d, ready after %v; the discovered server missing for %v; %d probes of the dead server before",
+		r.oldPID, r.newPID, r.ready.Round(time.Millisecond), time.Since(missing).Round(time.Millisecond), probesBefore)
+
+	if lines := hotKeys(t, u.admin); !isHot(lines) {
+		t.Errorf("the successor's /hotkeys does not list hot:1: %+v", lines)
+	}
+	if time.Since(missing) < removeAfter-time.Second {
+		if got := serverStates(t, u.admin); got[disc[1].Addr] == "" {
+			t.Errorf("the successor dropped %s, missing from DNS for %v only (remove_after %v): /servers %v",
+				disc[1].Addr, time.Since(missing).Round(time.Millisecond), removeAfter, got)
+		}
+	} else {
+		t.Logf("the upgrade ended %v after the server went missing: its keeping is not checked", time.Since(missing).Round(time.Millisecond))
+	}
+	var moving *migrationJSON
+	for _, m := range migrations(t, u.admin) {
+		if m.Name == "reshard-1" {
+			moving = &m
+		}
+	}
+	switch {
+	case moving == nil:
+		t.Errorf("the successor's /migrations has no reshard-1: %+v", migrations(t, u.admin))
+	case moving.Phase == "done":
+		t.Logf("reshard-1 was done before the successor read a key: its read-through is not checked")
+	default:
+		if got := misses(t, u.addr, keys); got != 0 {
+			t.Errorf("%d of %d keys written before the reshard miss through the successor (reshard-1 %s)", got, len(keys), moving.Phase)
+		}
+	}
+
+	// The dead server: probed at the backoff it had reached (1.6 s, 3.2 s…), not again
+	// every 50, 100, 200… ms (5 probes in 2 s).
+	window := ready.Add(2 * time.Second)
+	eventually(t, "2 s after the upgrade", func() bool { return time.Now().After(window) })
+	if n := dead.between(ready, window); n > 2 {
+		t.Errorf("the dead server was probed %d times in the 2 s after the upgrade: its backoff started over", n)
+	}
+	if serverStates(t, u.admin)["g0"] != "dead" {
+		t.Errorf("the successor does not show g0 dead: %v", serverStates(t, u.admin))
+	}
+
+	// The missing server goes at remove_after from when it went missing (slack for a
+	// loaded machine), not remove_after after the upgrade.
+	eventually(t, "the missing server removed", func() bool { return serverStates(t, u.admin)[disc[1].Addr] == "" })
+	if took := time.Since(missing); took < removeAfter || took > removeAfter+3*time.Second {
+		t.Errorf("the server missing from DNS was removed %v after it went missing, want remove_after (%v) + at most 3 s", took.Round(time.Millisecond), removeAfter)
+	}
+	waitReshard(t, u.admin, "reshard-1")
+	if got := misses(t, u.addr, keys); got != 0 {
+		t.Errorf("%d of %d keys miss once reshard-1 is done", got, len(keys))
+	}
+}

@@ -198,21 +198,15 @@ func TestResumeReshardsOnlyAChangedPool(t *testing.T) {
 	}
 }
 
-// TestResumedRebuild: a rebuild handed over starts again at the first Commit, under its
-// name and with its lock — so while another proxy of the tier holds the lock it waits, and
-// is handed on as it was — then, once the lock is free, refills its server; a rebuild of a
-// server now at another address is not resumed; and the next rebuild counts on.
-func TestResumedRebuild(t *testing.T) {
-	a, c := memcachedtest.Start(t), memcachedtest.Start(t)
-	const lock = "__moxi__:rebuild:resumed"
-	refill := RebuildState{Pool: "main", Server: "s1", Addr: c.Addr, Name: "rebuild-3", Lock: lock}
+// resumedRebuilds is a new Builder that resumed rebuilds, committed over a replicated pool
+// main of a (50 keys set: full) and c (empty, its rebuild lock held by holder): the Builder,
+// c's server and the keys.
+func resumedRebuilds(t *testing.T, rebuilds []RebuildState, a, c, lock, holder string) (*Builder, pool.Server, []string) {
+	t.Helper()
 	b := &Builder{Dial: true}
-	defer b.Close(context.Background())
-	b.Resume(MovingState{Rebuilds: []RebuildState{
-		refill,
-		{Pool: "main", Server: "s0", Addr: "127.0.0.1:1", Name: "rebuild-2", Lock: "__moxi__:rebuild:elsewhere"},
-	}})
-	pd, err := b.Build(mainConfig(t, "    replicas: 2\n", a.Addr, c.Addr))
+	t.Cleanup(func() { b.Close(context.Background()) })
+	b.Resume(MovingState{Rebuilds: rebuilds})
+	pd, err := b.Build(mainConfig(t, "    replicas: 2\n", a, c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,9 +216,45 @@ func TestResumedRebuild(t *testing.T) {
 		keys[i] = fmt.Sprintf("k:%d", i)
 		do(t, full, protocol.Request{Op: protocol.OpSet, Key: []byte(keys[i]), Value: []byte("v-" + keys[i])})
 	}
-	do(t, empty, protocol.Request{Op: protocol.OpSet, Key: []byte(lock), Value: []byte("other-proxy:1"), Exptime: 60})
+	do(t, empty, protocol.Request{Op: protocol.OpSet, Key: []byte(lock), Value: []byte(holder), Exptime: 60})
 	pd.Commit(0)
+	return b, empty, keys
+}
 
+// waitRefilled waits for b's rebuild name to be done, and checks that it refilled empty
+// with keys.
+func waitRefilled(t *testing.T, b *Builder, name string, empty pool.Server, keys []string) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(30 * time.Second); ; <-tick.C {
+		st, _ := migrationNamed(b, name)
+		if st.Phase == migrate.Done {
+			break
+		}
+		if st.Phase == migrate.Failed || time.Now().After(deadline) {
+			t.Fatalf("%s not done within 30s: %+v", name, b.Migrations())
+		}
+	}
+	for _, k := range keys {
+		if v := getValue(t, empty, k); v != "v-"+k {
+			t.Errorf("%s on the refilled server: %q", k, v)
+		}
+	}
+}
+
+// TestResumedRebuild: a rebuild handed over starts again at the first Commit, under its
+// name and with its lock — so while another proxy of the tier holds the lock it waits, and
+// is handed on as it was — then, once the lock is free, refills its server; a rebuild of a
+// server now at another address is not resumed; and the next rebuild counts on.
+func TestResumedRebuild(t *testing.T) {
+	a, c := memcachedtest.Start(t), memcachedtest.Start(t)
+	const lock = "__moxi__:rebuild:resumed"
+	refill := RebuildState{Pool: "main", Server: "s1", Addr: c.Addr, Name: "rebuild-3", Lock: lock}
+	b, empty, keys := resumedRebuilds(t, []RebuildState{
+		refill,
+		{Pool: "main", Server: "s0", Addr: "127.0.0.1:1", Name: "rebuild-2", Lock: "__moxi__:rebuild:elsewhere"},
+	}, a.Addr, c.Addr, lock, "other-proxy:1")
 	handed := refill
 	handed.Holder = migrate.LockOwner()
 	if st := b.Moving(); !reflect.DeepEqual(st.Rebuilds, []RebuildState{handed}) {
@@ -234,22 +264,7 @@ func TestResumedRebuild(t *testing.T) {
 		t.Errorf("a rebuild of a server now elsewhere was resumed: %+v", b.Migrations())
 	}
 	do(t, empty, protocol.Request{Op: protocol.OpDelete, Key: []byte(lock)}) // its holder died: the lock expired
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for deadline := time.Now().Add(30 * time.Second); ; <-tick.C {
-		st, _ := migrationNamed(b, "rebuild-3")
-		if st.Phase == migrate.Done {
-			break
-		}
-		if st.Phase == migrate.Failed || time.Now().After(deadline) {
-			t.Fatalf("rebuild-3 not done within 30s: %+v", b.Migrations())
-		}
-	}
-	for _, k := range keys {
-		if v := getValue(t, empty, k); v != "v-"+k {
-			t.Errorf("%s on the refilled server: %q", k, v)
-		}
-	}
+	waitRefilled(t, b, "rebuild-3", empty, keys)
 	if st := b.Moving(); len(st.Rebuilds) != 0 {
 		t.Errorf("Moving after the rebuild: %+v", st.Rebuilds)
 	}
@@ -261,41 +276,13 @@ func TestResumedRebuild(t *testing.T) {
 
 // TestResumedRebuildTakesItsLock: a rebuild handed over while its predecessor held the
 // tier lock takes the lock over at once (the predecessor, on its way out, would keep it
-// until it expires) and refills its server.
+// until it expires, 60 s here) and refills its server.
 func TestResumedRebuildTakesItsLock(t *testing.T) {
 	a, c := memcachedtest.Start(t), memcachedtest.Start(t)
 	const lock, predecessor = "__moxi__:rebuild:handed", "old-host:4242"
-	b := &Builder{Dial: true}
-	defer b.Close(context.Background())
-	b.Resume(MovingState{Rebuilds: []RebuildState{{Pool: "main", Server: "s1", Addr: c.Addr, Name: "rebuild-1", Lock: lock, Holder: predecessor}}})
-	pd, err := b.Build(mainConfig(t, "    replicas: 2\n", a.Addr, c.Addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	full, empty := pd.Topology.Default.Member(0).Base, pd.Topology.Default.Member(1).Base
-	keys := make([]string, 50)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("k:%d", i)
-		do(t, full, protocol.Request{Op: protocol.OpSet, Key: []byte(keys[i]), Value: []byte("v-" + keys[i])})
-	}
-	do(t, empty, protocol.Request{Op: protocol.OpSet, Key: []byte(lock), Value: []byte(predecessor), Exptime: 60})
-	pd.Commit(0)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for deadline := time.Now().Add(30 * time.Second); ; <-tick.C {
-		st, _ := migrationNamed(b, "rebuild-1")
-		if st.Phase == migrate.Done {
-			break
-		}
-		if st.Phase == migrate.Failed || time.Now().After(deadline) {
-			t.Fatalf("rebuild-1 not done within 30s, its predecessor's lock (60 s) still set: %+v", b.Migrations())
-		}
-	}
-	for _, k := range keys {
-		if v := getValue(t, empty, k); v != "v-"+k {
-			t.Errorf("%s on the refilled server: %q", k, v)
-		}
-	}
+	b, empty, keys := resumedRebuilds(t, []RebuildState{{Pool: "main", Server: "s1", Addr: c.Addr, Name: "rebuild-1", Lock: lock, Holder: predecessor}},
+		a.Addr, c.Addr, lock, predecessor)
+	waitRefilled(t, b, "rebuild-1", empty, keys)
 }
 
 // TestMovingStateJSONRoundTrip: a state survives encode → decode unchanged, zones,

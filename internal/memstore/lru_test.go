@@ -140,7 +140,7 @@ func TestGetHitAllocs(t *testing.T) {
 	set(t, s, "key", "value", 0, 0)
 	req := protocol.Request{Op: protocol.OpGet, Keys: [][]byte{[]byte("key")}}
 	resps := make([]protocol.Response, 1)
-	allocs := testing.AllocsPerRun(100, func() {
+	allocs := fewestAllocs(func() {
 		pool.Do(t.Context(), s, nil, &req, resps)
 	})
 	if resps[0].Status != protocol.StatusOK {
@@ -155,11 +155,22 @@ func TestSetOverwriteAllocs(t *testing.T) {
 	s, _ := newTestStore(0)
 	req := protocol.Request{Op: protocol.OpSet, Key: []byte("key"), Value: []byte("value")}
 	resps := make([]protocol.Response, 1)
-	allocs := testing.AllocsPerRun(100, func() {
+	allocs := fewestAllocs(func() {
 		pool.Do(t.Context(), s, nil, &req, resps)
 	})
 	// The value must be copied, and nothing else.
 	if allocs != 1 {
 		t.Errorf("set over an existing key: %v allocs/op, want 1", allocs)
 	}
+}
+
+// fewestAllocs is the fewest allocations per run of f over 3 measurements: a garbage
+// collection on a loaded machine empties the pools pool.Do takes its waiters from, and
+// one measurement then counts their allocations too; a real one is in every measurement.
+func fewestAllocs(f func()) float64 {
+	fewest := testing.AllocsPerRun(100, f)
+	for range 2 {
+		fewest = min(fewest, testing.AllocsPerRun(100, f))
+	}
+	return fewest
 }

@@ -164,9 +164,10 @@ func TestSetOverwriteAllocs(t *testing.T) {
 	}
 }
 
-// fewestAllocs is the fewest allocations per run of f over 3 measurements: a garbage
-// collection on a loaded machine empties the pools pool.Do takes its waiters from, and
-// one measurement then counts their allocations too; a real one is in every measurement.
+// fewestAllocs is the fewest allocations per run of f over 3 measurements: a measurement
+// counts the whole process's, and on a loaded machine what else runs meanwhile (a
+// collection emptying the pools pool.Do takes its waiters from) may add to one of them;
+// an allocation of f's own is in every one.
 func fewestAllocs(f func()) float64 {
 	fewest := testing.AllocsPerRun(100, f)
 	for range 2 {

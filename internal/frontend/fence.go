@@ -22,8 +22,15 @@ import (
 // reader takes them down before it next looks (collect). Keys are told apart by their
 // hash within the process: two keys that share one only wait for each other. The zero value
 // is ready.
+//
+// A client that sends a pipeline and reads its answers before the next has one task's
+// fences up at a time, never looked up: those stay a list (solo), put in the table only
+// when another task raises fences or a key is looked up while they are up, and are taken
+// down all at once.
 type fences struct {
-	keys map[uint64]int32 // fences up by key hash; owned by the reader
+	keys map[uint64]int32 // fences up by key hash, but solo's; owned by the reader
+	solo []uint64         // the fences of the one task that raised fences while none were up; owned by the reader
+	up   int              // fences up, in keys and solo; owned by the reader
 
 	mu      sync.Mutex
 	lowered []uint64      // fences to take down, handed over by lower; guarded by mu
@@ -47,13 +54,30 @@ func (f *fences) raise(reqs []protocol.Request, held []uint64) []uint64 {
 	if len(held) == first {
 		return held
 	}
-	if f.keys == nil {
-		f.keys = make(map[uint64]int32, len(held)-first)
+	if f.up == 0 {
+		f.solo = append(f.solo[:0], held[first:]...)
+	} else {
+		f.tableSolo()
+		for _, h := range held[first:] {
+			f.keys[h]++
+		}
 	}
-	for _, h := range held[first:] {
+	f.up += len(held) - first
+	return held
+}
+
+// tableSolo puts the fences of solo in the table. The reader calls it.
+func (f *fences) tableSolo() {
+	if len(f.solo) == 0 {
+		return
+	}
+	if f.keys == nil {
+		f.keys = make(map[uint64]int32, len(f.solo))
+	}
+	for _, h := range f.solo {
 		f.keys[h]++
 	}
-	return held
+	f.solo = f.solo[:0]
 }
 
 // lower hands the fences a task raised (held) over to the reader to take down, once the
@@ -81,11 +105,20 @@ func (f *fences) collect() {
 		return
 	}
 	f.mu.Lock()
-	for _, h := range f.lowered {
-		if f.keys[h]--; f.keys[h] <= 0 {
-			delete(f.keys, h)
+	if len(f.lowered) == f.up { // every fence up is down: nothing to count off one by one
+		f.solo = f.solo[:0]
+		if len(f.keys) > 0 {
+			clear(f.keys)
+		}
+	} else {
+		f.tableSolo()
+		for _, h := range f.lowered {
+			if f.keys[h]--; f.keys[h] <= 0 {
+				delete(f.keys, h)
+			}
 		}
 	}
+	f.up -= len(f.lowered)
 	f.lowered = f.lowered[:0]
 	f.pending.Store(0)
 	f.mu.Unlock()
@@ -99,7 +132,11 @@ func (f *fences) collect() {
 // retries, or when the server's context ends.
 func (f *fences) wait(reqs []protocol.Request, block func()) {
 	f.collect()
-	if len(f.keys) == 0 || !f.fenced(reqs) {
+	if f.up == 0 {
+		return
+	}
+	f.tableSolo()
+	if !f.fenced(reqs) {
 		return
 	}
 	block()

@@ -171,7 +171,7 @@ func (c *conn) quiet() bool {
 		return false
 	}
 	c.fences.collect()
-	if len(c.fences.keys) > 0 {
+	if c.fences.up > 0 {
 		return false
 	}
 	q := &c.answers

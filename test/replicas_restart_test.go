@@ -94,17 +94,23 @@ func (tc *textClient) binIncr(key string) (string, error) {
 var binOpaque atomic.Uint32
 
 // restartRun is one run: clients × keys of each kind × rounds, the victim killed when a
-// third of the operations are done and restarted after hold (0: at once).
+// third of the operations are done and restarted after hold (0: at once), through the moxi
+// binary bin (moxiBin when "").
 type restartRun struct {
 	clients, keys, rounds int
 	hold                  time.Duration
+	bin                   string
 }
 
 func (run restartRun) test(t *testing.T) {
 	mcs := cluster(t, 3)
 	ref := memcachedtest.Start(t)
 	admin := freeAddr(t)
-	moxi := startMoxi(t, "--config", writeConfig(t, replicaConfig(2, addrs(mcs)...)), "--admin", admin, "--pprof")
+	bin := run.bin
+	if bin == "" {
+		bin = moxiBin
+	}
+	moxi := startMoxiBin(t, bin, "--config", writeConfig(t, replicaConfig(2, addrs(mcs)...)), "--admin", admin, "--pprof")
 	const victim = 1
 	set := replicaSets(3, 2)
 	keyOf := func(kind string, w, i int) string { return fmt.Sprintf("%s:%d:%d", kind, w, i) }

@@ -633,10 +633,15 @@ func settingStats(cfg *config.Config) []protocol.Stat {
 }
 
 // The proxy starts runs without a goroutine waiting for their answers (docs/architecture.md),
+// times requests as their clients see them, and says where a key goes (the request log),
 // for the clients of every listener.
 var (
 	_ frontend.Starter = (*proxy.Proxy)(nil)
 	_ frontend.Starter = proxy.Listener{}
+	_ frontend.Timer   = (*proxy.Proxy)(nil)
+	_ frontend.Timer   = proxy.Listener{}
+	_ frontend.Locator = (*proxy.Proxy)(nil)
+	_ frontend.Locator = proxy.Listener{}
 )
 
 // clientAuth is the client authentication c puts in force, nil for none.

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
+	"github.com/moxi-proxy/moxi/internal/runhist"
 )
 
 // metrics are the request path's Prometheus series. A series labelled by command, or by
@@ -15,9 +16,9 @@ import (
 // every command of every protocol; once created it is resolved without a label lookup.
 type metrics struct {
 	requests, getHits, getMisses, errorAnswers *prometheus.CounterVec
-	duration                                   *prometheus.HistogramVec
-	durations                                  [protocol.NumOps]lazy[prometheus.Observer]
-	poolDuration                               *prometheus.HistogramVec
+	duration                                   *runhist.Vec // a run's requests counted in one step
+	durations                                  [protocol.NumOps]lazy[*runhist.Series]
+	poolDuration                               *runhist.Vec
 
 	mu    sync.Mutex                              // held to add a pool to pools
 	pools atomic.Pointer[map[string]*poolMetrics] // copied on write: read without a lock
@@ -38,7 +39,7 @@ type poolMetrics struct {
 	requests           [protocol.NumOps]lazy[prometheus.Counter]
 	getHits, getMisses lazy[prometheus.Counter]
 	errorAnswers       [numErrorKinds]lazy[prometheus.Counter]
-	duration           lazy[prometheus.Observer]
+	duration           lazy[*runhist.Series]
 	name               string
 	m                  *metrics
 }
@@ -75,12 +76,15 @@ func (m *metrics) pool(name string) *poolMetrics {
 	return pm
 }
 
-// request counts a request of op that took seconds to answer (moxi_request_duration_seconds
-// is took's: the client connection's measure).
-func (m *metrics) request(pm *poolMetrics, op protocol.Op, seconds float64) {
+// request counts a request of op (its time: took and answered).
+func (m *metrics) request(pm *poolMetrics, op protocol.Op) {
 	pm.requests[op].get(func() prometheus.Counter { return m.requests.WithLabelValues(pm.name, op.String()) }).Inc()
+}
+
+// answered counts n requests of pm's pool answered in seconds (from decoding to answer).
+func (m *metrics) answered(pm *poolMetrics, n int, seconds float64) {
 	if pm.name != "" {
-		pm.duration.get(func() prometheus.Observer { return m.poolDuration.WithLabelValues(pm.name) }).Observe(seconds)
+		pm.duration.get(func() *runhist.Series { return m.poolDuration.With(pm.name) }).Observe(seconds, n)
 	}
 }
 
@@ -155,12 +159,12 @@ func newMetrics(reg prometheus.Registerer, buckets []float64, pending func() flo
 			Name: "moxi_requests_total",
 			Help: "Client requests handled, by pool (empty for commands of none) and memcached command.",
 		}, []string{"pool", "command"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		duration: runhist.New(prometheus.HistogramOpts{
 			Name:    "moxi_request_duration_seconds",
 			Help:    "Time from a client request's first byte read to its answer's last byte written, by memcached command (the request log's micros).",
 			Buckets: buckets,
 		}, []string{"command"}),
-		poolDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		poolDuration: runhist.New(prometheus.HistogramOpts{
 			Name:    "moxi_pool_request_duration_seconds",
 			Help:    "Time from a decoded client request to its answer, by pool: how slow a pool is as its clients see it, beside moxi_backend_request_duration_seconds (its servers').",
 			Buckets: buckets,
@@ -205,7 +209,8 @@ func newMetrics(reg prometheus.Registerer, buckets []float64, pending func() flo
 	return m
 }
 
-// took counts a client request of op that took seconds as its client saw it (Proxy.Took).
-func (m *metrics) took(op protocol.Op, seconds float64) {
-	m.durations[op].get(func() prometheus.Observer { return m.duration.WithLabelValues(op.String()) }).Observe(seconds)
+// took counts n client requests of op that took seconds as their client saw them
+// (Proxy.Took).
+func (m *metrics) took(op protocol.Op, n int, seconds float64) {
+	m.durations[op].get(func() *runhist.Series { return m.duration.With(op.String()) }).Observe(seconds, n)
 }

@@ -267,9 +267,14 @@ func (p *Proxy) handleOne(ctx context.Context, order *turn.Turn, t *topology.Top
 	p.account(t, pl, req, one, time.Since(start).Seconds())
 }
 
-// account counts a request of pl (nil: of no pool) answered with resps, which took seconds
-// (the requests of a run all take the run's time, read once).
+// account counts a request of pl (nil: of no pool) answered with resps, which took seconds.
 func (p *Proxy) account(t *topology.Topology, pl *pool.Pool, req *protocol.Request, resps []protocol.Response, seconds float64) {
+	p.metrics.answered(p.count(t, pl, req, resps), 1, seconds)
+}
+
+// count counts a request of pl (nil: of no pool) answered with resps, but for its time
+// (see account), and returns pl's series.
+func (p *Proxy) count(t *topology.Topology, pl *pool.Pool, req *protocol.Request, resps []protocol.Response) *poolMetrics {
 	if t.HotKeys != nil {
 		noteHot(t, pl, req, resps)
 	}
@@ -280,8 +285,9 @@ func (p *Proxy) account(t *topology.Topology, pl *pool.Pool, req *protocol.Reque
 		name = pl.Name()
 	}
 	pm := p.metrics.pool(name)
-	p.metrics.request(pm, req.Op, seconds)
+	p.metrics.request(pm, req.Op)
 	pm.answered(req, resps)
+	return pm
 }
 
 // flushRefused is memcached -F's answer to flush_all (text) and flush (binary: status
@@ -372,12 +378,12 @@ func (p *Proxy) everyServer(ctx context.Context, order *turn.Turn, t *topology.T
 	return protocol.Response{}
 }
 
-// Took counts a client request of op that took seconds, from its first byte read to its
-// answer's last byte written (frontend.Timer): moxi_request_duration_seconds.
-func (p *Proxy) Took(op protocol.Op, seconds float64) { p.metrics.took(op, seconds) }
+// Took counts n client requests of op that took seconds, from their first byte read to
+// their answer's last byte written (frontend.Timer): moxi_request_duration_seconds.
+func (p *Proxy) Took(op protocol.Op, n int, seconds float64) { p.metrics.took(op, n, seconds) }
 
 // Took is Proxy.Took for the listener's clients.
-func (l Listener) Took(op protocol.Op, seconds float64) { l.p.metrics.took(op, seconds) }
+func (l Listener) Took(op protocol.Op, n int, seconds float64) { l.p.metrics.took(op, n, seconds) }
 
 // Locate is where key goes now for a client of the main listener: its pool and the server
 // that serves it (the request log names them, frontend.Locator).

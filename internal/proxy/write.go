@@ -98,8 +98,9 @@ func (p *Proxy) run(ctx context.Context, order *turn.Turn, t *topology.Topology,
 
 // endRun settles and counts a run's answers, which took seconds: each get's answer names
 // its key, each write's key is settled (endWrite), each request is counted in pl, or when
-// the run spans pools (pl nil) in its key's.
+// the run spans pools (pl nil) in its key's; the time of a run of one pool, once.
 func (p *Proxy) endRun(t *topology.Topology, pl *pool.Pool, reqs []protocol.Request, resps []protocol.Response, seconds float64) {
+	var pm *poolMetrics
 	for i := range reqs {
 		req := &reqs[i]
 		switch {
@@ -108,11 +109,14 @@ func (p *Proxy) endRun(t *topology.Topology, pl *pool.Pool, reqs []protocol.Requ
 		case req.Op.ChangesKey():
 			p.endWrite(t, req.Key)
 		}
-		of := pl
-		if of == nil {
-			of = t.PoolFor(runKey(req))
+		if pl == nil {
+			p.account(t, t.PoolFor(runKey(req)), req, resps[i:i+1], seconds)
+			continue
 		}
-		p.account(t, of, req, resps[i:i+1], seconds)
+		pm = p.count(t, pl, req, resps[i:i+1])
+	}
+	if pm != nil {
+		p.metrics.answered(pm, len(reqs), seconds)
 	}
 }
 

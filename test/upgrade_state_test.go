@@ -182,6 +182,8 @@ routes:
 
 	if lines := hotKeys(t, u.admin); !isHot(lines) {
 		t.Errorf("the successor's /hotkeys does not list hot:1: %+v", lines)
+	} else {
+		t.Logf("the successor's /hotkeys before any request: %+v", lines)
 	}
 	if time.Since(missing) < removeAfter-time.Second {
 		if got := serverStates(t, u.admin); got[disc[1].Addr] == "" {
@@ -203,7 +205,9 @@ routes:
 	case moving.Phase == "done":
 		t.Logf("reshard-1 was done before the successor read a key: its read-through is not checked")
 	default:
-		if got := misses(t, u.addr, keys); got != 0 {
+		got := misses(t, u.addr, keys)
+		t.Logf("reshard-1 in the successor: %s, %d of %d keys copied; %d of the %d keys written before miss", moving.Phase, moving.KeysCopied, moving.KeysTotal, got, len(keys))
+		if got != 0 {
 			t.Errorf("%d of %d keys written before the reshard miss through the successor (reshard-1 %s)", got, len(keys), moving.Phase)
 		}
 	}
@@ -212,6 +216,7 @@ routes:
 	// every 50, 100, 200… ms (5 probes in 2 s).
 	window := ready.Add(2 * time.Second)
 	eventually(t, "2 s after the upgrade", func() bool { return time.Now().After(window) })
+	t.Logf("the dead server's probes in the 2 s after the upgrade: %d", dead.between(ready, window))
 	if n := dead.between(ready, window); n > 2 {
 		t.Errorf("the dead server was probed %d times in the 2 s after the upgrade: its backoff started over", n)
 	}
@@ -222,6 +227,7 @@ routes:
 	// The missing server goes at remove_after from when it went missing (slack for a
 	// loaded machine), not remove_after after the upgrade.
 	eventually(t, "the missing server removed", func() bool { return serverStates(t, u.admin)[disc[1].Addr] == "" })
+	t.Logf("the server missing from DNS was removed %v after it went missing (remove_after %v)", time.Since(missing).Round(time.Millisecond), removeAfter)
 	if took := time.Since(missing); took < removeAfter || took > removeAfter+3*time.Second {
 		t.Errorf("the server missing from DNS was removed %v after it went missing, want remove_after (%v) + at most 3 s", took.Round(time.Millisecond), removeAfter)
 	}

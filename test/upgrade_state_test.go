@@ -47,11 +47,21 @@ func startProbeCounter(t *testing.T) *probeCounter {
 	return p
 }
 
-// count is how many connections came, and since is how many came at or after from.
+// count is how many connections came, and between how many came from from to to.
 func (p *probeCounter) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.at)
+}
+
+// lastGap is the time between the last two connections (0 before two).
+func (p *probeCounter) lastGap() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.at); n >= 2 {
+		return p.at[n-1].Sub(p.at[n-2])
+	}
+	return 0
 }
 
 func (p *probeCounter) between(from, to time.Time) int {
@@ -105,7 +115,7 @@ hot_keys: {sample: 1, window: 4s, min_share: 0.05}
 pools:
   main:
     timeout: 2s
-    migrate_rate: 100
+    migrate_rate: 30
     servers:
 %s  disc:
     timeout: 2s
@@ -171,12 +181,18 @@ routes:
 	eventually(t, "reshard-1 copying", func() bool {
 		return slices.ContainsFunc(migrations(t, u.admin), func(m migrationJSON) bool { return m.Name == "reshard-1" })
 	})
-	// The probes' interval has grown past a second: 50 ms doubled 5 times is 1.6 s.
-	eventually(t, "6 probes of the dead server", func() bool { return dead.count() >= 6 })
+	// The probes' interval has grown to 1.6 s (50 ms doubled 5 times): the next is 3.2 s.
+	eventually(t, "the dead server probed 1.6 s apart", func() bool { return dead.lastGap() >= 1500*time.Millisecond })
 	probesBefore := dead.count()
 
 	r := u.upgrade(b, false, 20*time.Second)
 	ready := r.trigger.Add(r.ready)
+	// The dead server's probes are counted over 3 s from here: the old process is gone, and
+	// the successor's own first dial (before it learned the server is dead) is past.
+	probesFrom := time.Now()
+	if early := ready.Add(500 * time.Millisecond); probesFrom.Before(early) {
+		probesFrom = early
+	}
 	t.Logf("upgraded: pid %d -> %d, ready after %v; the discovered server missing for %v; %d probes of the dead server before",
 		r.oldPID, r.newPID, r.ready.Round(time.Millisecond), time.Since(missing).Round(time.Millisecond), probesBefore)
 
@@ -212,13 +228,20 @@ routes:
 		}
 	}
 
-	// The dead server: probed at the backoff it had reached (1.6 s, 3.2 s…), not again
-	// every 50, 100, 200… ms (5 probes in 2 s).
-	window := ready.Add(2 * time.Second)
-	eventually(t, "2 s after the upgrade", func() bool { return time.Now().After(window) })
-	t.Logf("the dead server's probes in the 2 s after the upgrade: %d", dead.between(ready, window))
-	if n := dead.between(ready, window); n > 2 {
-		t.Errorf("the dead server was probed %d times in the 2 s after the upgrade: its backoff started over", n)
+	// The dead server: probed at the backoff it had reached (3.2 s, then 6.4 s: once at most
+	// in 3 s), not again from 50 ms (0.75 s, 1.55 s, 3.15 s… after its death: 2 or 3).
+	window := probesFrom.Add(3 * time.Second)
+	eventually(t, "3 s of the successor's probes", func() bool { return time.Now().After(window) })
+	dead.mu.Lock()
+	var rel []string
+	for _, at := range dead.at {
+		rel = append(rel, at.Sub(ready).Round(time.Millisecond).String())
+	}
+	dead.mu.Unlock()
+	t.Logf("the dead server's probes in 3 s from %v after the successor was ready: %d (all, from ready: %v)",
+		probesFrom.Sub(ready).Round(time.Millisecond), dead.between(probesFrom, window), rel)
+	if n := dead.between(probesFrom, window); n > 1 {
+		t.Errorf("the dead server was probed %d times in 3 s after the upgrade: its backoff started over", n)
 	}
 	if serverStates(t, u.admin)["g0"] != "dead" {
 		t.Errorf("the successor does not show g0 dead: %v", serverStates(t, u.admin))

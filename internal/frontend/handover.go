@@ -164,6 +164,9 @@ func (s *Server) Adopt(h Handler, hd Handed) error {
 	}
 	s.total.Add(1)
 	s.mu.Lock()
+	if !s.closing.Load() {
+		s.startLocked()
+	}
 	pl := s.poller
 	s.done.Add(1)
 	parkedNow := pl != nil && !s.closing.Load() && pl.park(&p)

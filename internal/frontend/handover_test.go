@@ -91,3 +91,50 @@ func TestHandOverAndAdopt(t *testing.T) {
 		t.Fatalf("the new server holds %d connections, want %d", cur, clients)
 	}
 }
+
+// TestAdoptBeforeServe: a successor may adopt connections before its listeners serve (its
+// predecessor hands them over as soon as it is ready): they are served all the same, and
+// pipelined requests on them too, whether Serve comes after or at the same time.
+func TestAdoptBeforeServe(t *testing.T) {
+	h := newProxy(t)
+	for _, together := range []bool{false, true} {
+		old, next := &frontend.Server{Handler: h}, &frontend.Server{Handler: h}
+		oldLn := listenLoopback(t)
+		servePlain(t, old, oldLn)
+		const clients = 20
+		var cs []*client
+		for i := range clients {
+			c := dial(t, oldLn.Addr().String())
+			c.send(fmt.Appendf(nil, "set a%d 0 0 1\r\n%d\r\n", i, i%10))
+			c.expect("STORED\r\n")
+			cs = append(cs, c)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		serving := make(chan struct{})
+		if together {
+			go func() { servePlain(t, next, listenLoopback(t)); close(serving) }()
+		}
+		_, _, err := old.HandOver(ctx, func(frontend.Handler) string { return "main" }, func(batch []frontend.Handed) error {
+			for _, hd := range batch {
+				if err := next.Adopt(h, hd); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !together {
+			servePlain(t, next, listenLoopback(t))
+			close(serving)
+		}
+		<-serving
+		for i, c := range cs {
+			c.send(fmt.Appendf(nil, "get a%d\r\nget a%d\r\n", i, i))
+			want := fmt.Sprintf("VALUE a%d 0 1\r\n%d\r\nEND\r\n", i, i%10)
+			c.expect(want + want)
+		}
+	}
+}

@@ -98,7 +98,7 @@ type Server struct {
 	stop       chan struct{} // closed by Shutdown: idle workers exit
 	stopOnce   sync.Once
 	tasks      sync.Pool // of *task, with their buffers, lent to connections per request
-	poller     *poller   // wakes parked connections; nil where connections do not park; set by the first Serve
+	poller     *poller   // wakes parked connections; nil where connections do not park; set by startLocked
 
 	// valueBytes is a running average of the value sizes multi-key gets fetch, which sizes
 	// the parts a large multi-key get is answered in (see partKeys); 0 until the first.
@@ -351,21 +351,29 @@ func (s *Server) track(ln net.Listener) bool {
 	if s.closing.Load() {
 		return false
 	}
-	if s.listeners == nil {
-		s.listeners = make(map[net.Listener]struct{})
-		s.ctx, s.cancel = context.WithCancel(context.Background())
-		s.work, s.stop = make(chan *task), make(chan struct{})
-		if pl, err := newPoller(s); err == nil {
-			s.poller = pl
-			s.workers.Add(2)
-			go pl.run()
-			go s.sweep()
-		} else if !errors.Is(err, errUnsupported) {
-			s.logger().Warn("idle connections will not park", "err", err)
-		}
-	}
+	s.startLocked()
 	s.listeners[ln] = struct{}{}
 	return true
+}
+
+// startLocked readies, once, what connections need: the context of their requests, the
+// workers' queue, the poller. The first Serve calls it, or the first Adopt (a successor's
+// connections may come before its listeners serve). The caller holds mu.
+func (s *Server) startLocked() {
+	if s.listeners != nil {
+		return
+	}
+	s.listeners = make(map[net.Listener]struct{})
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.work, s.stop = make(chan *task), make(chan struct{})
+	if pl, err := newPoller(s); err == nil {
+		s.poller = pl
+		s.workers.Add(2)
+		go pl.run()
+		go s.sweep()
+	} else if !errors.Is(err, errUnsupported) {
+		s.logger().Warn("idle connections will not park", "err", err)
+	}
 }
 
 func (s *Server) untrack(ln net.Listener) {

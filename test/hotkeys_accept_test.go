@@ -10,8 +10,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -495,182 +493,6 @@ func hkaServerGetHits(t *testing.T, addr string) int64 {
 	return n
 }
 
-// hkaAckedAt is when version v of k was acknowledged (ackLog.acked).
-func hkaAckedAt(a *ackLog, k string, v int64) time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.times[k][v-1]
-}
-
-// hkaPeerTier is moxi A and B of a tier over one memcached, each with hot_cache for "hot:"
-// keys, A's peers and B's as given.
-type hkaPeerTier struct {
-	adminA, adminB string
-	a, b           *process
-}
-
-// hkaStartPeerTier starts A and B, both of binary bin; peersA and peersB are their
-// hot_cache.peers, ttlB B's ttl (A's is 60 s).
-func hkaStartPeerTier(t *testing.T, bin, mc string, adminA, adminB string, peersA, peersB []string, ttlB time.Duration) hkaPeerTier {
-	t.Helper()
-	token := filepath.Join(t.TempDir(), "peer-token")
-	if err := os.WriteFile(token, []byte("tier-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg := func(ttl time.Duration, peers []string) string {
-		quoted := make([]string, len(peers))
-		for i, p := range peers {
-			quoted[i] = strconv.Quote(p)
-		}
-		return fmt.Sprintf(`watch_config: false
-hot_cache: {prefixes: ["hot:"], ttl: %v, peers: [%s], peer_token_file: %q}
-pools:
-  main:
-    timeout: 5s
-    servers: [%q]
-`, ttl, strings.Join(quoted, ", "), token, mc)
-	}
-	return hkaPeerTier{
-		adminA: adminA, adminB: adminB,
-		a: startMoxiBin(t, bin, "--admin", adminA, "--config", writeConfig(t, cfg(60*time.Second, peersA))),
-		b: startMoxiBin(t, bin, "--admin", adminB, "--config", writeConfig(t, cfg(ttlB, peersB))),
-	}
-}
-
-// hkaStaleness is what a run of hkaPeerLoad measured.
-type hkaStaleness struct {
-	reads, misses, writes int64
-	beyond                int64                          // reads older than a version acknowledged more than allowed before the get
-	within                int64                          // reads older than a version acknowledged before the get, but within allowed
-	worst                 time.Duration                  // the most a version read had been superseded when its get was sent
-	hist                  [len(hkaStaleBounds) + 1]int64 // stale reads by staleness: ≤ each bound, then beyond the last
-	examples              []string
-}
-
-// hkaStaleBounds are the bounds of hkaStaleness.hist.
-var hkaStaleBounds = [...]time.Duration{time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond,
-	50 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second}
-
-// histogram is s.hist as text.
-func (s *hkaStaleness) histogram() string {
-	var b strings.Builder
-	for i, n := range s.hist {
-		if i < len(hkaStaleBounds) {
-			fmt.Fprintf(&b, "≤%v: %d, ", hkaStaleBounds[i], n)
-		} else {
-			fmt.Fprintf(&b, ">%v: %d", hkaStaleBounds[i-1], n)
-		}
-	}
-	return b.String()
-}
-
-// hkaPeerLoad writes rising versions of 20 "hot:" keys through A (a round, then 5 ms) and
-// reads them through B with 4 clients for d. A read's staleness is how long before its get
-// was sent the version after the one it returned was acknowledged (a miss is version 0);
-// none when it returned the newest acknowledged. allowed is the staleness tolerated.
-func hkaPeerLoad(t *testing.T, tier hkaPeerTier, d, allowed time.Duration) hkaStaleness {
-	keys := make([]string, 20)
-	for i := range keys {
-		keys[i] = "hot:" + strconv.Itoa(i)
-	}
-	acks := &ackLog{times: map[string][]time.Time{}}
-	var reads, misses, beyond, within, writes, worst atomic.Int64
-	var hist [len(hkaStaleBounds) + 1]atomic.Int64
-	var exMu sync.Mutex
-	var examples []string
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tc, err := dialText(tier.a.addr)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer tc.Close()
-		for v := int64(1); v < 10*maxOps; v++ {
-			for _, k := range keys {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if ans, err := tc.set(k, strconv.FormatInt(v, 10)); err != nil || ans != "STORED" {
-					t.Errorf("set through A: %q %v", ans, err)
-					return
-				}
-				acks.acked(k, v, time.Now())
-				writes.Add(1)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
-	for range 4 {
-		wg.Go(func() {
-			tc, err := dialText(tier.b.addr)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer tc.Close()
-			for range 10 * maxOps {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				time.Sleep(time.Millisecond) // paced: the reads that matter are those right after a write
-				k := keys[rand.IntN(len(keys))]
-				sent := time.Now()
-				floor := acks.floor(k, sent)
-				v, err := tc.get(k)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				reads.Add(1)
-				if v == "" {
-					misses.Add(1) // version 0: stale too, once version 1 was acknowledged
-				}
-				got := versionIn(v)
-				if got >= floor {
-					continue
-				}
-				late := sent.Sub(hkaAckedAt(acks, k, got+1))
-				bucket := 0
-				for bucket < len(hkaStaleBounds) && late > hkaStaleBounds[bucket] {
-					bucket++
-				}
-				hist[bucket].Add(1)
-				for {
-					w := worst.Load()
-					if int64(late) <= w || worst.CompareAndSwap(w, int64(late)) {
-						break
-					}
-				}
-				if late <= allowed {
-					within.Add(1)
-					continue
-				}
-				beyond.Add(1)
-				exMu.Lock()
-				if len(examples) < 5 {
-					examples = append(examples, fmt.Sprintf("%s read %d; %d was acknowledged %v before the get", k, got, got+1, late.Round(time.Millisecond)))
-				}
-				exMu.Unlock()
-			}
-		})
-	}
-	time.Sleep(d)
-	close(stop)
-	wg.Wait()
-	out := hkaStaleness{reads: reads.Load(), misses: misses.Load(), writes: writes.Load(), beyond: beyond.Load(), within: within.Load(),
-		worst: time.Duration(worst.Load()), examples: examples}
-	for i := range hist {
-		out.hist[i] = hist[i].Load()
-	}
-	return out
-}
-
 // TestAcceptHotCachePeers60s: moxi A and B, each the other's hot_cache.peers, hot_cache of
 // "hot:" keys with a 60 s ttl; for 60 s a writer sets rising versions of 20 hot keys through
 // A while 4 clients read them through B: no read returns a version older than one
@@ -687,8 +509,8 @@ func TestAcceptHotCachePeers60s(t *testing.T) {
 	const run, allowed = 60 * time.Second, 50 * time.Millisecond
 	mc := cluster(t, 1)[0]
 	adminA, adminB := freeAddr(t), freeAddr(t)
-	tier := hkaStartPeerTier(t, fastMoxi(t), mc.Addr, adminA, adminB, []string{adminB}, []string{adminA}, 60*time.Second)
-	s := hkaPeerLoad(t, tier, run, allowed)
+	tier := startPeerTier(t, fastMoxi(t), mc.Addr, adminA, adminB, []string{adminB}, []string{adminA}, 60*time.Second)
+	s := peerLoad(t, tier, run, allowed)
 	sent := counterValue(t, adminA, fmt.Sprintf(`moxi_peer_invalidations_total{peer=%q,result="sent"}`, adminB))
 	failed := counterValue(t, adminA, fmt.Sprintf(`moxi_peer_invalidations_total{peer=%q,result="failed"}`, adminB))
 	taken := counterValue(t, adminB, `moxi_hotcache_invalidations_total{source="peer"}`)
@@ -717,8 +539,8 @@ func TestAcceptHotCachePeerUnreachable(t *testing.T) {
 	const run, ttl = 20 * time.Second, 2 * time.Second
 	mc := cluster(t, 1)[0]
 	adminA, adminB, nowhere := freeAddr(t), freeAddr(t), freeAddr(t)
-	tier := hkaStartPeerTier(t, moxiBin, mc.Addr, adminA, adminB, []string{nowhere}, []string{adminA}, ttl)
-	s := hkaPeerLoad(t, tier, run, ttl+time.Second)
+	tier := startPeerTier(t, moxiBin, mc.Addr, adminA, adminB, []string{nowhere}, []string{adminA}, ttl)
+	s := peerLoad(t, tier, run, ttl+time.Second)
 	failed := counterValue(t, adminA, fmt.Sprintf(`moxi_peer_invalidations_total{peer=%q,result="failed"}`, nowhere))
 	hits := counterValue(t, adminB, "moxi_hotcache_hits_total")
 	taken := counterValue(t, adminB, `moxi_hotcache_invalidations_total{source="peer"}`)

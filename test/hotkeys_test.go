@@ -287,44 +287,126 @@ func (a *ackLog) floor(k string, at time.Time) int64 {
 // of 20 hot keys through A, readers through B: no read through B returns a version older
 // than one acknowledged through A a second before the read was sent — without the peers'
 // invalidations it would be up to the ttl. (The figure, 50 ms, is TestAcceptHotCachePeers60s's,
-// through moxi without the race detector: this one asserts no tight bound, and logs how
-// many reads were late by more than 50 ms.) With B's admin port out of A's reach (a peer
-// address where nothing listens), A counts the failures.
+// through moxi without the race detector: this one asserts no tight bound, and logs the
+// reads by staleness.) With a peer address of A's where nothing listens, A counts the
+// failures.
 func TestHotCachePeers(t *testing.T) {
 	mc := cluster(t, 1)[0]
+	adminA, adminB, nowhere := freeAddr(t), freeAddr(t), freeAddr(t)
+	tier := startPeerTier(t, moxiBin, mc.Addr, adminA, adminB, []string{adminB, nowhere}, []string{adminA}, 60*time.Second)
+	s := peerLoad(t, tier, 8*time.Second, time.Second)
+	failed := counterValue(t, adminA, fmt.Sprintf(`moxi_peer_invalidations_total{peer=%q,result="failed"}`, nowhere))
+	sent := counterValue(t, adminA, fmt.Sprintf(`moxi_peer_invalidations_total{peer=%q,result="sent"}`, adminB))
+	taken := counterValue(t, adminB, `moxi_hotcache_invalidations_total{source="peer"}`)
+	t.Logf("%d reads through B, %d writes through A; %d older than a version acknowledged through A a second before, %d within that second; A sent B %.0f invalidations (B took %.0f), %.0f failed to the unreachable peer; stale reads by staleness: %s",
+		s.reads, s.writes, s.beyond, s.within, sent, taken, failed, s.histogram())
+	if s.reads < 300 || s.writes < 300 {
+		t.Fatalf("only %d reads and %d writes", s.reads, s.writes)
+	}
+	if s.beyond != 0 {
+		t.Errorf("%d stale reads through B: %v", s.beyond, s.examples)
+	}
+	if failed == 0 {
+		t.Error("A counted no failed invalidation for the unreachable peer")
+	}
+	if sent == 0 || taken == 0 {
+		t.Errorf("A sent %v invalidations to B, B took %v", sent, taken)
+	}
+}
+
+// ackedAt is when version v of k was acknowledged (ackLog.acked).
+func ackedAt(a *ackLog, k string, v int64) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.times[k][v-1]
+}
+
+// peerTier is moxi A and B of a tier over one memcached, each with hot_cache for "hot:"
+// keys, A's peers and B's as given.
+type peerTier struct {
+	adminA, adminB string
+	a, b           *process
+}
+
+// startPeerTier starts A and B, both of binary bin; peersA and peersB are their
+// hot_cache.peers, ttlB B's ttl (A's is 60 s).
+func startPeerTier(t *testing.T, bin, mc string, adminA, adminB string, peersA, peersB []string, ttlB time.Duration) peerTier {
+	t.Helper()
 	token := filepath.Join(t.TempDir(), "peer-token")
 	if err := os.WriteFile(token, []byte("tier-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	adminA, adminB, nowhere := freeAddr(t), freeAddr(t), freeAddr(t)
-	cfg := func(peers ...string) string {
+	cfg := func(ttl time.Duration, peers []string) string {
+		quoted := make([]string, len(peers))
+		for i, p := range peers {
+			quoted[i] = strconv.Quote(p)
+		}
 		return fmt.Sprintf(`watch_config: false
-hot_cache: {prefixes: ["hot:"], ttl: 60s, peers: [%s], peer_token_file: %q}
+hot_cache: {prefixes: ["hot:"], ttl: %v, peers: [%s], peer_token_file: %q}
 pools:
   main:
+    timeout: 5s
     servers: [%q]
-`, strings.Join(peers, ", "), token, mc.Addr)
+`, ttl, strings.Join(quoted, ", "), token, mc)
 	}
-	a := startMoxi(t, "--admin", adminA, "--config", writeConfig(t, cfg(strconv.Quote(adminB), strconv.Quote(nowhere))))
-	b := startMoxi(t, "--admin", adminB, "--config", writeConfig(t, cfg(strconv.Quote(adminA))))
+	return peerTier{
+		adminA: adminA, adminB: adminB,
+		a: startMoxiBin(t, bin, "--admin", adminA, "--config", writeConfig(t, cfg(60*time.Second, peersA))),
+		b: startMoxiBin(t, bin, "--admin", adminB, "--config", writeConfig(t, cfg(ttlB, peersB))),
+	}
+}
+
+// staleness is what a run of peerLoad measured.
+type staleness struct {
+	reads, misses, writes int64
+	beyond                int64                       // reads older than a version acknowledged more than allowed before the get
+	within                int64                       // reads older than a version acknowledged before the get, but within allowed
+	worst                 time.Duration               // the most a version read had been superseded when its get was sent
+	hist                  [len(staleBounds) + 1]int64 // stale reads by staleness: ≤ each bound, then beyond the last
+	examples              []string
+}
+
+// staleBounds are the bounds of staleness.hist.
+var staleBounds = [...]time.Duration{time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond,
+	50 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second}
+
+// histogram is s.hist as text.
+func (s *staleness) histogram() string {
+	var b strings.Builder
+	for i, n := range s.hist {
+		if i < len(staleBounds) {
+			fmt.Fprintf(&b, "≤%v: %d, ", staleBounds[i], n)
+		} else {
+			fmt.Fprintf(&b, ">%v: %d", staleBounds[i-1], n)
+		}
+	}
+	return b.String()
+}
+
+// peerLoad writes rising versions of 20 "hot:" keys through A (a round, then 5 ms) and
+// reads them through B with 4 clients for d. A read's staleness is how long before its get
+// was sent the version after the one it returned was acknowledged (a miss is version 0);
+// none when it returned the newest acknowledged. allowed is the staleness tolerated.
+func peerLoad(t *testing.T, tier peerTier, d, allowed time.Duration) staleness {
 	keys := make([]string, 20)
 	for i := range keys {
 		keys[i] = "hot:" + strconv.Itoa(i)
 	}
 	acks := &ackLog{times: map[string][]time.Time{}}
-	var reads, stale, late atomic.Int64
-	var examples []string
+	var reads, misses, beyond, within, writes, worst atomic.Int64
+	var hist [len(staleBounds) + 1]atomic.Int64
 	var exMu sync.Mutex
+	var examples []string
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		tc, err := dialText(a.addr)
+		tc, err := dialText(tier.a.addr)
 		if err != nil {
 			t.Error(err)
 			return
 		}
 		defer tc.Close()
-		for v := int64(1); v < maxOps; v++ {
+		for v := int64(1); v < 10*maxOps; v++ {
 			for _, k := range keys {
 				select {
 				case <-stop:
@@ -336,67 +418,74 @@ pools:
 					return
 				}
 				acks.acked(k, v, time.Now())
+				writes.Add(1)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	})
 	for range 4 {
 		wg.Go(func() {
-			tc, err := dialText(b.addr)
+			tc, err := dialText(tier.b.addr)
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			defer tc.Close()
-			for range maxOps {
+			for range 10 * maxOps {
 				select {
 				case <-stop:
 					return
 				default:
 				}
+				time.Sleep(time.Millisecond) // paced: the reads that matter are those right after a write
 				k := keys[rand.IntN(len(keys))]
 				sent := time.Now()
-				floor := acks.floor(k, sent.Add(-time.Second))
-				figure := acks.floor(k, sent.Add(-50*time.Millisecond))
+				floor := acks.floor(k, sent)
 				v, err := tc.get(k)
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				reads.Add(1)
+				if v == "" {
+					misses.Add(1) // version 0: stale too, once version 1 was acknowledged
+				}
 				got := versionIn(v)
-				if v != "" && got < floor {
-					stale.Add(1)
-					exMu.Lock()
-					if len(examples) < 5 {
-						examples = append(examples, fmt.Sprintf("%s read %d; %d was acknowledged a second before the get", k, got, floor))
+				if got >= floor {
+					continue
+				}
+				late := sent.Sub(ackedAt(acks, k, got+1))
+				bucket := 0
+				for bucket < len(staleBounds) && late > staleBounds[bucket] {
+					bucket++
+				}
+				hist[bucket].Add(1)
+				for {
+					w := worst.Load()
+					if int64(late) <= w || worst.CompareAndSwap(w, int64(late)) {
+						break
 					}
-					exMu.Unlock()
 				}
-				if v != "" && got < figure {
-					late.Add(1) // older than 50 ms: logged
+				if late <= allowed {
+					within.Add(1)
+					continue
 				}
+				beyond.Add(1)
+				exMu.Lock()
+				if len(examples) < 5 {
+					examples = append(examples, fmt.Sprintf("%s read %d; %d was acknowledged %v before the get", k, got, got+1, late.Round(time.Millisecond)))
+				}
+				exMu.Unlock()
 			}
 		})
 	}
-	time.Sleep(8 * time.Second)
+	time.Sleep(d)
 	close(stop)
 	wg.Wait()
-	failed := counterValue(t, adminA, fmt.Sprintf(`moxi_peer_invalidations_total{peer=%q,result="failed"}`, nowhere))
-	sent := counterValue(t, adminA, fmt.Sprintf(`moxi_peer_invalidations_total{peer=%q,result="sent"}`, adminB))
-	taken := counterValue(t, adminB, `moxi_hotcache_invalidations_total{source="peer"}`)
-	t.Logf("%d reads through B, %d older than a version acknowledged through A a second before, %d older than one acknowledged 50 ms before; A sent B %.0f invalidations (B took %.0f), %.0f failed to the unreachable peer",
-		reads.Load(), stale.Load(), late.Load(), sent, taken, failed)
-	if reads.Load() < 1000 {
-		t.Fatalf("only %d reads", reads.Load())
+	out := staleness{reads: reads.Load(), misses: misses.Load(), writes: writes.Load(), beyond: beyond.Load(), within: within.Load(),
+		worst: time.Duration(worst.Load()), examples: examples}
+	for i := range hist {
+		out.hist[i] = hist[i].Load()
 	}
-	if stale.Load() != 0 {
-		t.Errorf("%d stale reads through B: %v", stale.Load(), examples)
-	}
-	if failed == 0 {
-		t.Error("A counted no failed invalidation for the unreachable peer")
-	}
-	if sent == 0 || taken == 0 {
-		t.Errorf("A sent %v invalidations to B, B took %v", sent, taken)
-	}
+	return out
 }

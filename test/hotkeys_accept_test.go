@@ -312,15 +312,7 @@ func TestAcceptHotKeyAbsorbed50k(t *testing.T) {
 		aimRate  = 50_000
 		maxShare = 0.01
 	)
-	mc := cluster(t, 1)[0]
-	tc, err := dialText(mc.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ans, err := tc.call("stats detail on\r\n"); err != nil || ans != "OK" {
-		t.Fatalf("stats detail on: %q %v", ans, err)
-	}
-	tc.Close()
+	mc := detailedMemcached(t)
 	admin := freeAddr(t)
 	moxi := startMoxiBin(t, fastMoxi(t), "--admin", admin, "--config", writeConfig(t, fmt.Sprintf(`watch_config: false
 hot_cache: {ttl: 2s}

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/moxi-proxy/moxi/internal/memcachedtest"
 )
 
 // hotKeyLine is a line of GET /hotkeys.
@@ -145,6 +147,22 @@ pools:
 	t.Logf("%d gets: /hotkeys %+v; true shares %v", m.all.Load(), got, want)
 }
 
+// detailedMemcached is a memcached counting requests by key prefix ("stats detail on"),
+// which tells how many of a key's gets reached it.
+func detailedMemcached(t *testing.T) *memcachedtest.Server {
+	t.Helper()
+	mc := cluster(t, 1)[0]
+	tc, err := dialText(mc.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	if ans, err := tc.call("stats detail on\r\n"); err != nil || ans != "OK" {
+		t.Fatalf("stats detail on: %q %v", ans, err)
+	}
+	return mc
+}
+
 // detailGets is what memcached counted of gets of keys with prefix (its "stats detail").
 func detailGets(t *testing.T, addr, prefix string) int64 {
 	t.Helper()
@@ -179,15 +197,7 @@ func detailGets(t *testing.T, addr, prefix string) int64 {
 // its gets, and no answer is older than a write acknowledged through moxi before the get
 // was sent (a writer sets rising versions throughout).
 func TestHotKeyAbsorbed(t *testing.T) {
-	mc := cluster(t, 1)[0]
-	tc, err := dialText(mc.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ans, err := tc.call("stats detail on\r\n"); err != nil || ans != "OK" {
-		t.Fatalf("stats detail on: %q %v", ans, err)
-	}
-	tc.Close()
+	mc := detailedMemcached(t)
 	admin := freeAddr(t)
 	moxi := startMoxi(t, "--admin", admin, "--config", writeConfig(t, fmt.Sprintf(`watch_config: false
 hot_cache: {ttl: 2s}

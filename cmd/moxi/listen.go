@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/frontend"
 	"github.com/moxi-proxy/moxi/internal/sdnotify"
 )
 
@@ -122,6 +123,10 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 // sockpeek.Waiting sees a pipeline's bytes arriving as it does on a plain connection;
 // bytes that crypto/tls has already read and decrypted it cannot see, which only means
 // the answers read so far are sent before those requests are read.
+// The frontend tells a TLS connection by this capability: it parks one only once its
+// handshake is over (a wait cut short would fail the handshake), watching the socket under it.
+var _ frontend.TLSConn = (*tlsConn)(nil)
+
 type tlsConn struct {
 	*tls.Conn
 	logger  *slog.Logger

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -17,8 +20,11 @@ import (
 
 	"github.com/moxi-proxy/moxi"
 	"github.com/moxi-proxy/moxi/internal/config"
+	"github.com/moxi-proxy/moxi/internal/frontend"
+	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/tlsfiles"
 	"github.com/moxi-proxy/moxi/internal/tlstest"
+	"github.com/moxi-proxy/moxi/internal/turn"
 )
 
 // writeConfig writes body to a file in a fresh temporary directory and returns its path.
@@ -324,4 +330,83 @@ func TestCheckReportsEverything(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTLSParksAfterHandshake: through the TLS listener moxi serves, a connection parks once
+// idle, and a client slow to begin its handshake, while the others park, completes it: the
+// frontend must see the listener's connection as TLS (it wraps crypto/tls's), or it would
+// cut the waiting handshake short to park it.
+func TestTLSParksAfterHandshake(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir, "ca")
+	conf, _, err := tlsfiles.Server(ca.Issue(t, dir, "127.0.0.1").CertFile, filepath.Join(dir, "127.0.0.1.key"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := listen("127.0.0.1:0", nil, func() *tls.Config { return conf }, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &frontend.Server{Handler: storeAll{}}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	defer func() {
+		if err := s.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+		<-served
+	}()
+	clientConf := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}
+	call := func(nc net.Conn) {
+		t.Helper()
+		_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := io.WriteString(nc, "set k 0 0 1\r\nv\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(nc).ReadString('\n'); err != nil || line != "STORED\r\n" {
+			t.Fatalf("set: %q %v", line, err)
+		}
+	}
+
+	slow, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	quick, err := tls.Dial("tcp", ln.Addr().String(), clientConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quick.Close()
+	call(quick)
+	// The sweeper asks a reader to park after two of its periods waiting: by the time the
+	// quick client has parked, it has looked at the slow one's waiting handshake as often.
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(20 * time.Second); s.Parked() != 1; <-tick.C {
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle TLS connection did not park within 20 s (%d parked)", s.Parked())
+		}
+	}
+	late := tls.Client(slow, clientConf)
+	_ = late.SetDeadline(time.Now().Add(20 * time.Second))
+	if err := late.Handshake(); err != nil {
+		t.Fatalf("a handshake begun after another connection parked: %v", err)
+	}
+	call(late)
+	call(quick) // woken from the poller
+}
+
+// storeAll answers every request STORED.
+type storeAll struct{}
+
+func (storeAll) Handle(_ context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response) []protocol.Response {
+	if order != nil {
+		order.Wait()
+		order.Release()
+	}
+	for range reqs {
+		resps = append(resps, protocol.Response{Status: protocol.StatusOK})
+	}
+	return resps
 }

@@ -247,16 +247,25 @@ func (s *Server) closeParked(p parked) {
 	s.gone(nil)
 }
 
+// TLSConn is a client connection under TLS: crypto/tls's, or a type that embeds it (the
+// client listener's bounds the handshake). Whether a connection is TLS is asked of this
+// capability, never of a concrete type: a wrapper missed would park mid-handshake.
+type TLSConn interface {
+	net.Conn
+	ConnectionState() tls.ConnectionState
+	NetConn() net.Conn // the socket under TLS
+}
+
 // handshakeDone reports whether nc, when TLS, has completed its handshake.
 func handshakeDone(nc net.Conn) bool {
-	t, ok := nc.(*tls.Conn)
+	t, ok := nc.(TLSConn)
 	return !ok || t.ConnectionState().HandshakeComplete
 }
 
 // descriptorOf is the socket under nc, for the poller: a TCP or Unix socket, or the one
 // under TLS; nil for any other connection, which never parks.
 func descriptorOf(nc net.Conn) syscall.RawConn {
-	if t, ok := nc.(*tls.Conn); ok {
+	if t, ok := nc.(TLSConn); ok {
 		nc = t.NetConn()
 	}
 	sc, ok := nc.(syscall.Conn)

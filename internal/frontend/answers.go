@@ -414,7 +414,7 @@ func (q *answerQueue) fail(err error) {
 	}
 	q.broken = err
 	q.failed.Store(true)
-	_ = q.nc.Close()
+	hangUp(q.nc)
 }
 
 // drain waits until every queued answer is written (or dropped, after a failed write).

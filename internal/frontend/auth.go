@@ -61,7 +61,7 @@ func (s *Server) SetAuth(a *Auth) {
 	for c := range s.conns {
 		if l := c.login.Load(); l != nil && !a.Users.Has(l.user) {
 			s.logger().Info("closing a connection of a user no longer in the users file", "remote", c.nc.RemoteAddr().String(), "user", l.user)
-			_ = c.nc.Close()
+			hangUp(c.nc)
 		}
 	}
 	if s.poller == nil {

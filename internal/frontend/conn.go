@@ -90,10 +90,11 @@ type conn struct {
 
 	acct account // the byte account (account.go)
 	// Owned by the reader.
-	input        int64     // bytes read that no started request owns yet
-	reqSince     time.Time // when the request being read first waited for the socket; zero between requests
-	readDeadline bool      // a read deadline is set on nc
-	rawRead      rawRead   // readIdle's
+	input        int64      // bytes read that no started request owns yet
+	reqSince     time.Time  // when the request being read first waited for the socket; zero between requests
+	readDeadline bool       // a read deadline is set on nc
+	wait         socketWait // readIdle's, on a plain socket
+	inline       bool       // requests are served in the wait (arrived): Read must not wait
 
 	// How long requests take (took.go) and the request log (requestlog.go); owned by the reader.
 	timer      Timer                                  // the handler, when it is a Timer
@@ -117,11 +118,8 @@ func newConn(s *Server, h Handler, nc net.Conn, chain *turn.Chain) *conn {
 	c.acct.init(s)
 	c.starter, _ = h.(Starter)
 	c.timer, _ = h.(Timer)
-	switch plain := nc.(type) { // bytes written to the socket are the client's (not TLS's)
-	case *net.TCPConn:
-		c.raw, _ = plain.SyscallConn()
-	case *net.UnixConn:
-		c.raw, _ = plain.SyscallConn()
+	if sc, ok := nc.(syscall.Conn); ok && !isTLS(nc) { // bytes written to the socket are the client's (not TLS's)
+		c.raw, _ = sc.SyscallConn()
 	}
 	if s.poller != nil && (c.raw != nil || descriptorOf(nc) != nil) { // a plain socket's descriptor is c.raw already
 		c.parkable = handshakeDone(nc)
@@ -162,37 +160,49 @@ func (c *conn) serve() (parked bool) {
 			return true // at a request boundary: HandOver takes it from the poller
 		}
 		c.waitBegins()
-		n, err := c.readIdle()
-		if parked, retry := c.waitEnds(n, err); parked {
+		busy, err := c.readIdle()
+		if parked, retry := c.waitEnds(busy, err); parked {
 			return true
 		} else if retry {
 			continue
 		}
-		if n == 0 {
+		if !busy {
 			if err != nil {
 				break
 			}
 			continue
 		}
-		c.input += int64(n)
-		c.acct.hold(int64(n))
-		walk.Step() // a request arrived
-		c.acquire()
-		err = c.readBusy()
-		c.release()
-		c.acct.hold(-c.input)
-		c.input, c.reqSince = 0, time.Time{}
-		if err != nil {
-			if errors.Is(err, errRequestTimeout) {
-				c.s.closedFor(closedRequestTimeout)
-			}
-			if !errors.Is(err, errQuit) && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				c.s.logger().Debug("client connection closed", "remote", c.nc.RemoteAddr().String(), "err", err)
-			}
+		if c.serveRead() != nil {
 			break
 		}
 	}
 	return false
+}
+
+// serveRead serves the requests whose first bytes readIdle read, until none is buffered or
+// an error; or, inline (in arrived), until one that came in part (errNeedMore), which the
+// busy path then reads on with the reader and the input as they are.
+func (c *conn) serveRead() error {
+	walk.Step() // a request arrived
+	if c.br == nil {
+		c.acquire()
+	}
+	err := c.readBusy()
+	if err == errNeedMore {
+		return err
+	}
+	c.release()
+	c.acct.hold(-c.input)
+	c.input, c.reqSince = 0, time.Time{}
+	if err != nil {
+		if errors.Is(err, errRequestTimeout) {
+			c.s.closedFor(closedRequestTimeout)
+		}
+		if !errors.Is(err, errQuit) && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			c.s.logger().Debug("client connection closed", "remote", c.nc.RemoteAddr().String(), "err", err)
+		}
+	}
+	return err
 }
 
 // start queues t's answer and runs it: on the reader when it is alone (nothing before it

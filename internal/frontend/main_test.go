@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,6 +73,8 @@ func (l *countingListener) conn(i int) *countingConn {
 	return l.conns[i]
 }
 
+// countingConn counts the server's writes, through Write and through its socket (the
+// frontend serves it as the TCP connection it wraps, writing to the socket directly).
 type countingConn struct {
 	net.Conn
 	writes atomic.Int64
@@ -80,6 +83,21 @@ type countingConn struct {
 func (c *countingConn) Write(p []byte) (int, error) {
 	c.writes.Add(1)
 	return c.Conn.Write(p)
+}
+
+func (c *countingConn) SyscallConn() (syscall.RawConn, error) {
+	raw, err := c.Conn.(syscall.Conn).SyscallConn()
+	return countingRaw{raw, &c.writes}, err
+}
+
+type countingRaw struct {
+	syscall.RawConn
+	writes *atomic.Int64
+}
+
+func (r countingRaw) Write(f func(fd uintptr) bool) error {
+	r.writes.Add(1)
+	return r.RawConn.Write(f)
 }
 
 // testServer is a frontend.Server serving on a loopback port until the test ends.

@@ -132,35 +132,45 @@ func (c *conn) tick() {
 var aLongTimeAgo = time.Unix(1, 0)
 
 // waitBegins and waitEnds bracket the reader's wait for a request (readIdle), whose
-// outcome was n bytes and err. waitEnds reports whether the connection parked: then c is
-// no longer the caller's, which returns at once. Else retry says the wait was only cut
-// short by the sweeper and is to be waited again.
+// outcome was bytes (got) or err. waitEnds reports whether the connection parked: then c
+// is no longer the caller's, which returns at once. Else retry says the wait was only cut
+// short by the sweeper and is to be waited again. On a plain socket the wait may end and
+// begin again inside readIdle (arrived), which ends it with resumed.
 func (c *conn) waitBegins() {
 	if c.parkable {
 		c.readerState.Store(readerWaiting)
 	}
 }
 
-func (c *conn) waitEnds(n int, err error) (parked, retry bool) {
+func (c *conn) waitEnds(got bool, err error) (parked, retry bool) {
 	if !c.parkable {
 		// A TLS connection parks once its handshake is over, which its first bytes of a
 		// request say: a wait cut short in the middle of the handshake would fail it.
-		c.parkable, c.handshaking = c.handshaking && n > 0, c.handshaking && n == 0
+		c.parkable, c.handshaking = c.handshaking && got, c.handshaking && !got
 		return false, false
 	}
-	if c.readerState.Swap(readerBusy) != readerAsked {
+	if !c.resumed() {
 		return false, false
 	}
-	c.parkMu.Lock() // the sweeper's deadline is set once it lets go
-	c.parkMu.Unlock()
-	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && c.park() {
+	if !got && errors.Is(err, os.ErrDeadlineExceeded) && c.park() {
 		return true, false
 	}
 	if c.s.closing.Load() {
 		return false, false // Shutdown's interrupt: leave its deadline
 	}
 	_ = c.nc.SetReadDeadline(time.Time{})
-	return false, n == 0 && errors.Is(err, os.ErrDeadlineExceeded)
+	return false, !got && errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// resumed marks the reader busy, and reports whether the sweeper had asked it to park: its
+// deadline (past) is set by then, for the caller to park on or to lift.
+func (c *conn) resumed() (asked bool) {
+	if !c.parkable || c.readerState.Swap(readerBusy) != readerAsked {
+		return false
+	}
+	c.parkMu.Lock() // the sweeper's deadline is set once it lets go
+	c.parkMu.Unlock()
+	return true
 }
 
 // quiet reports whether nothing of c is in flight or held: no request read but not
@@ -241,6 +251,18 @@ func (s *Server) wake(p parked) {
 	c.serveAndClose()
 }
 
+// hangUp ends client connection nc both ways at once, waking its reader and its writer,
+// and leaves the closing to the reader (serveAndClose). Close would wait for a reader in
+// its wait (arrived holds the socket's read lock): forever when the caller is that reader,
+// or holds a lock it needs. A TLS connection, never read that way, is closed.
+func hangUp(nc net.Conn) {
+	if raw := descriptorOf(nc); raw != nil && !isTLS(nc) {
+		_ = raw.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
+		return
+	}
+	_ = nc.Close()
+}
+
 // closeParked closes a parked connection taken out of the poller.
 func (s *Server) closeParked(p parked) {
 	_ = p.nc.Close()
@@ -254,6 +276,12 @@ type TLSConn interface {
 	net.Conn
 	ConnectionState() tls.ConnectionState
 	NetConn() net.Conn // the socket under TLS
+}
+
+// isTLS reports whether nc is a TLS connection.
+func isTLS(nc net.Conn) bool {
+	_, ok := nc.(TLSConn)
+	return ok
 }
 
 // handshakeDone reports whether nc, when TLS, has completed its handshake.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"syscall"
 	"time"
 
@@ -27,11 +26,13 @@ func (c *conn) Read(p []byte) (int, error) {
 	if len(c.pending) > 0 {
 		n := copy(p, c.pending)
 		c.pending = c.pending[n:]
-		if len(c.pending) == 0 && c.first != nil {
-			c.s.firstReads.Put(c.first)
-			c.first = nil
+		if len(c.pending) == 0 && !c.inline {
+			c.putFirst()
 		}
 		return n, nil
+	}
+	if c.inline {
+		return 0, errNeedMore // arrived, which must not wait in the middle of a request
 	}
 	c.answers.endBurst()
 	var deadline time.Time
@@ -61,70 +62,160 @@ func (c *conn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// readIdle waits for the first bytes of the next request and reads them into pending. On a
-// plain socket it waits without a buffer and reads into a pooled one (first) as large as a
-// busy connection's, so that a pipeline that arrived whole costs one read; otherwise into
-// idle.
-func (c *conn) readIdle() (int, error) {
+// readIdle waits for the first bytes of the next request and reads them into pending,
+// counted as the connection's input; it reports whether any came (busy), and what ended
+// the wait otherwise. On a plain socket it waits without a buffer, reads into a pooled one
+// (first) as large as a busy connection's, so that a pipeline that arrived whole costs one
+// read, and serves the requests that arrived whole without leaving the wait (arrived);
+// otherwise it reads into idle.
+func (c *conn) readIdle() (busy bool, err error) {
 	if c.raw == nil {
 		n, err := c.nc.Read(c.idle[:])
 		c.pending, c.filled = c.idle[:n], n == len(c.idle)
 		if n > 0 {
-			c.noteRead()
+			c.got(n)
 		}
-		return n, err
+		return n > 0, err
 	}
-	r := &c.rawRead
-	if r.fn == nil {
-		r.fn, r.pool = r.read, &c.s.firstReads // made once: a closure per read would allocate
+	w := &c.wait
+	if w.fn == nil {
+		w.fn = c.arrived // made once: a closure per wait would allocate
 	}
-	err := c.raw.Read(r.fn)
-	n, buf := r.n, r.buf
+	w.busy, w.err = false, nil
+	err = c.raw.Read(w.fn)
 	if err == nil {
-		err = r.err
+		err = w.err
 	}
-	if n == 0 && err == nil {
-		err = io.EOF
-	}
-	*r = rawRead{fn: r.fn, pool: r.pool}
-	if n == 0 {
-		if buf != nil {
-			c.s.firstReads.Put(buf)
-		}
-		return 0, err
-	}
-	c.first = buf
-	c.pending, c.filled = (*buf)[:n], n == len(*buf)
-	c.noteRead()
-	return n, err
+	return w.busy, err
 }
 
-// rawRead is one readIdle's system call: it takes a buffer only once bytes are there.
-type rawRead struct {
-	buf  *[]byte
-	n    int
-	err  error
-	pool *sync.Pool
-	fn   func(fd uintptr) bool // read
+// socketWait is readIdle's wait on a plain socket.
+type socketWait struct {
+	fn   func(fd uintptr) bool // arrived
+	n    int                   // the bytes the last read put in first
+	busy bool                  // it ended with requests for the busy path to read on
+	err  error                 // else what ended it, if anything
 }
 
-func (r *rawRead) read(fd uintptr) bool {
-	buf, _ := r.pool.Get().(*[]byte)
+// arrived is readIdle's function on the socket (syscall.RawConn.Read): called at once, and
+// then each time the socket becomes readable, it reads what came. Requests that came whole
+// it serves there and then, and asks to wait again (false): leaving the wait would cost
+// the next request a read that finds nothing, as Go's poller tries a socket before it
+// waits, so a client that waits for each answer would pay two reads a request instead of
+// one. It ends the wait (true) with bytes for the busy path (busy: a read that filled its
+// buffer, or a request that came in part), with an error, or for serve to look again
+// (Shutdown, a handover, no room in the byte account).
+//
+// It holds the socket's read lock: nothing it calls may read nc, or Close it, which would
+// wait for the lock (hangUp ends a connection instead).
+func (c *conn) arrived(fd uintptr) bool {
+	w := &c.wait
+	asked := c.resumed()
+	buf, _ := c.s.firstReads.Get().(*[]byte)
 	if buf == nil {
 		b := make([]byte, readBufferSize)
 		buf = &b
 	}
 	n, err := syscall.Read(int(fd), *buf)
-	if errors.Is(err, syscall.EAGAIN) {
-		r.pool.Put(buf)
+	for errors.Is(err, syscall.EINTR) {
+		n, err = syscall.Read(int(fd), *buf)
+	}
+	switch {
+	case errors.Is(err, syscall.EAGAIN):
+		c.s.firstReads.Put(buf)
+		if asked {
+			// The sweeper's deadline (past) ends the wait at once, and waitEnds parks.
+			c.readerState.Store(readerAsked)
+		} else {
+			c.waitBegins()
+		}
 		return false // nothing yet: wait for the socket, holding no buffer
+	case n <= 0:
+		c.s.firstReads.Put(buf)
+		w.err = err
+		if err == nil {
+			w.err = io.EOF
+		}
+		return true
 	}
-	if errors.Is(err, syscall.EINTR) {
-		r.pool.Put(buf)
-		return r.read(fd)
+	if asked && !c.s.closing.Load() {
+		_ = c.nc.SetReadDeadline(time.Time{}) // a request came first: no parking
 	}
-	r.buf, r.n, r.err = buf, max(n, 0), err
-	return true
+	c.first, c.pending, c.filled = buf, (*buf)[:n], n == len(*buf)
+	c.got(n)
+	if c.filled {
+		w.busy = true // a pipeline larger than one read: the busy path reads on
+		return true
+	}
+	w.n = n
+	c.inline = true
+	err = c.serveRead()
+	c.inline = false
+	switch {
+	case errors.Is(err, errNeedMore):
+		c.readOnOutside()
+		w.busy = true
+		return true
+	case err != nil:
+		w.err = err
+		return true
+	}
+	c.putFirst()
+	if c.s.closing.Load() || c.s.handingOver.Load() {
+		return true
+	}
+	if err := c.waitRoom(c.idleRoomLocked, time.Time{}); err != nil {
+		w.err = err
+		return true
+	}
+	c.waitBegins()
+	return false // served: wait for the next request
+}
+
+// errNeedMore is Read's answer, in arrived, when the request being decoded has not all
+// come: the busy path reads the rest, outside the wait (readOnOutside).
+var errNeedMore = errors.New("request not all read yet")
+
+// readOnOutside readies the busy path to read on, outside the wait, a request that came in
+// part: its decoder starts it again from its first byte, which the read kept (first),
+// unless all it did was drop a rejected request's body, which it goes on dropping.
+func (c *conn) readOnOutside() {
+	if c.skipping() {
+		c.putFirst() // all read, nothing of a request decoded
+		return
+	}
+	// readBusy left the input as it was before the request: the request and what follows
+	// are the last bytes of the read.
+	n := c.wait.n
+	c.pending = (*c.first)[n-int(c.input) : n]
+	c.release() // what was decoded of the request goes with the buffer; serveRead takes another
+}
+
+// skipping reports whether the decoder is dropping a rejected request's body that has not
+// all come.
+func (c *conn) skipping() bool {
+	switch {
+	case c.bin != nil:
+		return c.bin.Skipping()
+	case c.text != nil:
+		return c.text.Skipping()
+	}
+	return false
+}
+
+// got counts n bytes just read as the connection's input.
+func (c *conn) got(n int) {
+	c.noteRead()
+	c.input += int64(n)
+	c.acct.hold(int64(n))
+}
+
+// putFirst returns the pooled buffer of the last idle read, once nothing is pending in it.
+func (c *conn) putFirst() {
+	if c.first != nil {
+		c.s.firstReads.Put(c.first)
+		c.first = nil
+	}
 }
 
 // readRoomLocked reports whether the reader may read more of a request that has begun (see
@@ -183,6 +274,13 @@ func (c *conn) readBusy() error {
 	for {
 		rejected, answered := false, false
 		err := c.readRequest()
+		if err == errNeedMore {
+			// Inline (arrived): the requests read so far go, and the input stays as it was
+			// before this one, which the busy path reads again from its first byte.
+			c.startBatch()
+			c.startRun()
+			return err
+		}
 		c.settleInput()
 		if err == nil && (c.req.Op.IsSASL() || c.s.auth.Load() != nil) {
 			answered, err = c.guard()

@@ -323,7 +323,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			s.cancel()
 		}
 		for c := range s.conns {
-			c.nc.Close()
+			hangUp(c.nc)
 		}
 		s.mu.Unlock()
 		<-finished

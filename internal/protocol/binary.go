@@ -187,6 +187,16 @@ func (d *BinaryReader) Reset(r *bufio.Reader) {
 	}
 }
 
+// Buffered is how many bytes of further requests are already in the reader: 0 means the
+// next Read would wait for the client, so answers held back for batching must be sent now.
+func (d *BinaryReader) Buffered() int {
+	return max(0, d.r.Buffered()-int(min(d.skip, 1<<30)))
+}
+
+// Skipping reports whether d is dropping the body of a rejected packet that has not all
+// arrived: the next Read goes on dropping it before it decodes anything.
+func (d *BinaryReader) Skipping() bool { return d.skip > int64(d.r.Buffered()) }
+
 // Read decodes the next request packet into req, after req.Reset(). The byte slices of req
 // point into d's buffers and are valid until the next Read or Reset.
 //
@@ -195,12 +205,6 @@ func (d *BinaryReader) Reset(r *bufio.Reader) {
 // answer it, and Close says whether memcached closes the connection after the answer. When
 // the connection stays open (unknown opcode, value too large) the packet's body is skipped
 // by the next Read, after the answer has been written, as memcached swallows it. A wrong
-// Buffered is how many bytes of further requests are already in the reader: 0 means the
-// next Read would wait for the client, so answers held back for batching must be sent now.
-func (d *BinaryReader) Buffered() int {
-	return max(0, d.r.Buffered()-int(min(d.skip, 1<<30)))
-}
-
 // magic byte gives ErrBinaryMagic and any other error is an I/O error: close silently.
 func (d *BinaryReader) Read(req *Request) error {
 	req.Reset()

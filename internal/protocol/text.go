@@ -57,6 +57,10 @@ func (d *TextReader) Buffered() int {
 	return max(0, d.r.Buffered()-int(min(d.discard, 1<<30)))
 }
 
+// Skipping reports whether d is dropping the data block of a rejected request that has
+// not all arrived: the next Read goes on dropping it before it decodes anything.
+func (d *TextReader) Skipping() bool { return d.discard > int64(d.r.Buffered()) }
+
 // Read decodes the next request into req, after req.Reset.
 //
 // It returns a *RequestError for a request memcached answers with ERROR, CLIENT_ERROR or

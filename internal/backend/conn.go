@@ -353,35 +353,56 @@ const ownErrorRetry = 50 * time.Millisecond
 // readLoop decodes answers from nc and completes their calls until nc fails. An answer
 // starts with its first byte, and must keep the pace from there (pacedReader).
 func (c *conn) readLoop(nc net.Conn) {
+	defer nc.Close() // fail only hangs it up (hangUp)
 	pr := &pacedReader{nc: nc}
-	br := bufio.NewReaderSize(watchedReader{c, pr}, 32<<10)
+	in := newAnswerInput(c, pr, nc)
+	br := bufio.NewReaderSize(in, inputBufferSize)
 	lim := c.s.opts.Limits
 	var h protocol.BinaryResponseHeader
+	decode := func() error { return c.readAnswer(br, pr, lim, &h) } // made once: a closure per wait would allocate
+	reset := func() { br.Reset(in) }
 	for {
+		if in.raw != nil && br.Buffered() == 0 && len(in.pending) == 0 {
+			if err := in.wait(br, reset, decode); err != nil {
+				c.failRead(nc, err)
+				return
+			}
+		}
 		if _, err := br.Peek(1); err != nil {
 			c.fail(nc, fmt.Errorf("read: %w", err))
 			return
 		}
-		walk.Step() // an answer arrived
-		var err error
-		pr.begin()
-		if c.meta {
-			err = c.readMeta(br, lim)
-		} else {
-			err = c.readBinary(br, lim, &h)
-		}
-		pr.end()
-		if err != nil {
-			err = fmt.Errorf("read: %w", err)
-			if isAuthError(err) {
-				// Dead before failing nc: its calls end as the dead server's, and the one
-				// line logged says why.
-				c.s.markDead(err)
-			}
-			c.fail(nc, err)
+		if err := decode(); err != nil {
+			c.failRead(nc, err)
 			return
 		}
 	}
+}
+
+// readAnswer reads an answer whose first byte has come, at the pace an answer must keep,
+// and gives it to its call.
+func (c *conn) readAnswer(br *bufio.Reader, pr *pacedReader, lim protocol.Limits, h *protocol.BinaryResponseHeader) error {
+	walk.Step() // an answer arrived
+	var err error
+	pr.begin()
+	if c.meta {
+		err = c.readMeta(br, lim)
+	} else {
+		err = c.readBinary(br, lim, h)
+	}
+	pr.end()
+	return err
+}
+
+// failRead fails nc after err, an error reading or decoding an answer.
+func (c *conn) failRead(nc net.Conn, err error) {
+	err = fmt.Errorf("read: %w", err)
+	if isAuthError(err) {
+		// Dead before failing nc: its calls end as the dead server's, and the one line
+		// logged says why.
+		c.s.markDead(err)
+	}
+	c.fail(nc, err)
 }
 
 // readBinary reads one answer packet and gives it to the call it belongs to: the oldest
@@ -464,21 +485,8 @@ func (c *conn) deliveredLocked(cl *call, last bool) {
 	}
 }
 
-// watchedReader is the connection as readLoop reads it: it notes when readLoop waits for
-// the server, the only time a silence can be the server's.
-type watchedReader struct {
-	c *conn
-	r *pacedReader
-}
-
-func (r watchedReader) Read(p []byte) (int, error) {
-	r.c.waiting.Store(r.c.s.clock())
-	n, err := r.r.Read(p)
-	r.c.waiting.Store(0)
-	return n, err
-}
-
-// fail closes nc after an I/O error and fails every call waiting on it; dialLoop redials.
+// fail ends nc after an I/O error (readLoop closes it) and fails every call waiting on it;
+// dialLoop redials.
 func (c *conn) fail(nc net.Conn, err error) {
 	c.mu.Lock()
 	if c.nc != nc {
@@ -498,7 +506,7 @@ func (c *conn) fail(nc net.Conn, err error) {
 	calls := c.queue.drain()
 	closed := c.closed
 	c.mu.Unlock()
-	nc.Close()
+	hangUp(nc)
 	if !closed && !errors.Is(err, ErrDead) {
 		c.s.opts.Logger.Info("backend connection broken", "addr", c.s.opts.Addr, "err", err, "failed_requests", len(calls))
 	}

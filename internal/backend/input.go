@@ -7,13 +7,16 @@ import (
 	"net"
 	"sync"
 	"syscall"
+
+	"github.com/moxi-proxy/moxi/internal/burst"
 )
 
 // Reading a server connection's answers without a read that finds nothing. Go's poller
 // tries a socket before each wait, so a reader that goes back to waiting after each burst
 // of answers pays one failed read a burst. readLoop instead decodes the answers that came
-// whole inside the socket's raw read (answerInput.arrived), and leaves that wait only for
-// an answer that came in part, which it decodes again, from its first byte, as before:
+// whole inside the socket's raw read (answerInput.wait) — after a burst of them it may read
+// again at once instead of waiting (burst.Guess) — and leaves that wait only for an answer
+// that came in part, which it decodes again, from its first byte, as before:
 // reading the rest at the answer's pace (pacedReader).
 
 // errNeedMore is answerInput's Read inside the wait when the answer being decoded has not
@@ -37,7 +40,8 @@ type answerInput struct {
 	raw     syscall.RawConn // the socket, for the wait; nil under TLS, which is read as before
 	buf     *[]byte         // the buffer pending is in, from inputBuffers; nil when none
 	pending []byte
-	inWait  bool // decoding inside the wait: Read must not wait
+	inWait  bool        // decoding inside the wait: Read must not wait
+	guess   burst.Guess // whether to read again at once after a burst of answers
 }
 
 func newAnswerInput(c *conn, r *pacedReader, nc net.Conn) *answerInput {
@@ -83,46 +87,57 @@ func (in *answerInput) putBuffer() {
 func (in *answerInput) wait(br interface{ Buffered() int }, reset func(), decode func() error) error {
 	var ended error
 	err := in.raw.Read(func(fd uintptr) bool {
-		buf := inputBuffers.Get().(*[]byte)
-		n, err := syscall.Read(int(fd), *buf)
-		for errors.Is(err, syscall.EINTR) {
-			n, err = syscall.Read(int(fd), *buf)
-		}
-		in.c.waiting.Store(0)
-		switch {
-		case errors.Is(err, syscall.EAGAIN):
-			inputBuffers.Put(buf)
-			in.c.waiting.Store(in.c.s.clock())
-			return false
-		case n <= 0:
-			inputBuffers.Put(buf)
-			ended = err
-			if err == nil {
-				ended = io.EOF
+		for again := false; ; {
+			buf := inputBuffers.Get().(*[]byte)
+			n, err := syscall.Read(int(fd), *buf)
+			for errors.Is(err, syscall.EINTR) {
+				n, err = syscall.Read(int(fd), *buf)
 			}
-			return true
-		}
-		in.buf, in.pending = buf, (*buf)[:n]
-		if n == len(*buf) {
-			return true // a burst larger than one read: decoded outside, where the rest is read
-		}
-		in.inWait = true
-		defer func() { in.inWait = false }()
-		for br.Buffered() > 0 || len(in.pending) > 0 {
-			undecoded := br.Buffered() + len(in.pending) // the bytes of this answer and those after it
-			switch err := decode(); {
-			case errors.Is(err, errNeedMore):
-				reset() // what br holds of the answer goes
-				in.pending = (*buf)[n-undecoded : n]
-				return true
-			case err != nil:
+			if again {
+				in.guess.Found(n > 0)
+			}
+			in.c.waiting.Store(0)
+			switch {
+			case errors.Is(err, syscall.EAGAIN):
+				inputBuffers.Put(buf)
+				in.c.waiting.Store(in.c.s.clock())
+				return false
+			case n <= 0:
+				inputBuffers.Put(buf)
 				ended = err
+				if err == nil {
+					ended = io.EOF
+				}
 				return true
 			}
+			in.buf, in.pending = buf, (*buf)[:n]
+			if n == len(*buf) {
+				return true // a burst larger than one read: decoded outside, where the rest is read
+			}
+			answers := 0
+			in.inWait = true
+			for br.Buffered() > 0 || len(in.pending) > 0 {
+				undecoded := br.Buffered() + len(in.pending) // the bytes of this answer and those after it
+				switch err := decode(); {
+				case errors.Is(err, errNeedMore):
+					in.inWait = false
+					reset() // what br holds of the answer goes
+					in.pending = (*buf)[n-undecoded : n]
+					return true
+				case err != nil:
+					in.inWait = false
+					ended = err
+					return true
+				}
+				answers++
+			}
+			in.inWait = false
+			in.putBuffer()
+			if again = in.guess.ReadAgain(answers); !again {
+				in.c.waiting.Store(in.c.s.clock())
+				return false
+			}
 		}
-		in.putBuffer()
-		in.c.waiting.Store(in.c.s.clock())
-		return false
 	})
 	if err != nil {
 		return err

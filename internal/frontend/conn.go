@@ -95,6 +95,7 @@ type conn struct {
 	readDeadline bool       // a read deadline is set on nc
 	wait         socketWait // readIdle's, on a plain socket
 	inline       bool       // requests are served in the wait (arrived): Read must not wait
+	burst        int        // requests decoded from the wait's last read (arrived)
 
 	// How long requests take (took.go) and the request log (requestlog.go); owned by the reader.
 	timer      Timer                                  // the handler, when it is a Timer

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/burst"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/sockpeek"
 	"github.com/moxi-proxy/moxi/internal/walk"
@@ -91,10 +92,11 @@ func (c *conn) readIdle() (busy bool, err error) {
 
 // socketWait is readIdle's wait on a plain socket.
 type socketWait struct {
-	fn   func(fd uintptr) bool // arrived
-	n    int                   // the bytes the last read put in first
-	busy bool                  // it ended with requests for the busy path to read on
-	err  error                 // else what ended it, if anything
+	fn    func(fd uintptr) bool // arrived
+	n     int                   // the bytes the last read put in first
+	busy  bool                  // it ended with requests for the busy path to read on
+	guess burst.Guess           // whether to read again at once after a burst
+	err   error                 // else what ended it, if anything
 }
 
 // arrived is readIdle's function on the socket (syscall.RawConn.Read): called at once, and
@@ -102,7 +104,8 @@ type socketWait struct {
 // it serves there and then, and asks to wait again (false): leaving the wait would cost
 // the next request a read that finds nothing, as Go's poller tries a socket before it
 // waits, so a client that waits for each answer would pay two reads a request instead of
-// one. It ends the wait (true) with bytes for the busy path (busy: a read that filled its
+// one. After a read that held several requests it may read again at once instead (a
+// client that pipelines: burst.Guess). It ends the wait (true) with bytes for the busy path (busy: a read that filled its
 // buffer, or a request that came in part), with an error, or for serve to look again
 // (Shutdown, a handover, no room in the byte account).
 //
@@ -110,66 +113,74 @@ type socketWait struct {
 // wait for the lock (hangUp ends a connection instead).
 func (c *conn) arrived(fd uintptr) bool {
 	w := &c.wait
-	asked := c.resumed()
-	buf, _ := c.s.firstReads.Get().(*[]byte)
-	if buf == nil {
-		b := make([]byte, readBufferSize)
-		buf = &b
-	}
-	n, err := syscall.Read(int(fd), *buf)
-	for errors.Is(err, syscall.EINTR) {
-		n, err = syscall.Read(int(fd), *buf)
-	}
-	switch {
-	case errors.Is(err, syscall.EAGAIN):
-		c.s.firstReads.Put(buf)
-		if asked {
-			// The sweeper's deadline (past) ends the wait at once, and waitEnds parks.
-			c.readerState.Store(readerAsked)
-		} else {
+	asked, again := c.resumed(), false
+	for {
+		buf, _ := c.s.firstReads.Get().(*[]byte)
+		if buf == nil {
+			b := make([]byte, readBufferSize)
+			buf = &b
+		}
+		n, err := syscall.Read(int(fd), *buf)
+		for errors.Is(err, syscall.EINTR) {
+			n, err = syscall.Read(int(fd), *buf)
+		}
+		if again {
+			w.guess.Found(n > 0)
+		}
+		switch {
+		case errors.Is(err, syscall.EAGAIN):
+			c.s.firstReads.Put(buf)
+			if asked {
+				// The sweeper's deadline (past) ends the wait at once, and waitEnds parks.
+				c.readerState.Store(readerAsked)
+			} else {
+				c.waitBegins()
+			}
+			return false // nothing yet: wait for the socket, holding no buffer
+		case n <= 0:
+			c.s.firstReads.Put(buf)
+			w.err = err
+			if err == nil {
+				w.err = io.EOF
+			}
+			return true
+		}
+		if asked && !c.s.closing.Load() {
+			_ = c.nc.SetReadDeadline(time.Time{}) // a request came first: no parking
+		}
+		asked = false
+		c.first, c.pending, c.filled = buf, (*buf)[:n], n == len(*buf)
+		c.got(n)
+		if c.filled {
+			w.busy = true // a pipeline larger than one read: the busy path reads on
+			return true
+		}
+		w.n, c.burst = n, 0
+		c.inline = true
+		err = c.serveRead()
+		c.inline = false
+		switch {
+		case errors.Is(err, errNeedMore):
+			c.readOnOutside()
+			w.busy = true
+			return true
+		case err != nil:
+			w.err = err
+			return true
+		}
+		c.putFirst()
+		if c.s.closing.Load() || c.s.handingOver.Load() {
+			return true
+		}
+		if err := c.waitRoom(c.idleRoomLocked, time.Time{}); err != nil {
+			w.err = err
+			return true
+		}
+		if again = w.guess.ReadAgain(c.burst); !again {
 			c.waitBegins()
+			return false // served: wait for the next request
 		}
-		return false // nothing yet: wait for the socket, holding no buffer
-	case n <= 0:
-		c.s.firstReads.Put(buf)
-		w.err = err
-		if err == nil {
-			w.err = io.EOF
-		}
-		return true
 	}
-	if asked && !c.s.closing.Load() {
-		_ = c.nc.SetReadDeadline(time.Time{}) // a request came first: no parking
-	}
-	c.first, c.pending, c.filled = buf, (*buf)[:n], n == len(*buf)
-	c.got(n)
-	if c.filled {
-		w.busy = true // a pipeline larger than one read: the busy path reads on
-		return true
-	}
-	w.n = n
-	c.inline = true
-	err = c.serveRead()
-	c.inline = false
-	switch {
-	case errors.Is(err, errNeedMore):
-		c.readOnOutside()
-		w.busy = true
-		return true
-	case err != nil:
-		w.err = err
-		return true
-	}
-	c.putFirst()
-	if c.s.closing.Load() || c.s.handingOver.Load() {
-		return true
-	}
-	if err := c.waitRoom(c.idleRoomLocked, time.Time{}); err != nil {
-		w.err = err
-		return true
-	}
-	c.waitBegins()
-	return false // served: wait for the next request
 }
 
 // errNeedMore is Read's answer, in arrived, when the request being decoded has not all
@@ -274,6 +285,7 @@ func (c *conn) readBusy() error {
 	for {
 		rejected, answered := false, false
 		err := c.readRequest()
+		c.burst++
 		if err == errNeedMore {
 			// Inline (arrived): the requests read so far go, and the input stays as it was
 			// before this one, which the busy path reads again from its first byte.

@@ -105,9 +105,9 @@ type socketWait struct {
 // the next request a read that finds nothing, as Go's poller tries a socket before it
 // waits, so a client that waits for each answer would pay two reads a request instead of
 // one. After a read that held several requests it may read again at once instead (a
-// client that pipelines: burst.Guess). It ends the wait (true) with bytes for the busy path (busy: a read that filled its
-// buffer, or a request that came in part), with an error, or for serve to look again
-// (Shutdown, a handover, no room in the byte account).
+// client that pipelines: burst.Guess). It ends the wait (true) with bytes for the busy
+// path (busy: a read that filled its buffer, or a request that came in part), with an
+// error, or for serve to look again (Shutdown, a handover, no room in the byte account).
 //
 // It holds the socket's read lock: nothing it calls may read nc, or Close it, which would
 // wait for the lock (hangUp ends a connection instead).

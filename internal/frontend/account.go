@@ -226,7 +226,9 @@ func (c *conn) admit(t *task) (only bool) {
 	own := bytes + a.reserve(t)
 	lone := bytes + reserveFor(t, min(a.perKey.Load(), max(c.s.perKey.Load(), minPerKey)))
 	if !a.measured.Load() {
-		lone = min(lone, bytes+c.s.share())
+		// At most what is left of its share, so that a client that holds little is
+		// answered while others hold the global bound (hasRoom: held past the share).
+		lone = min(lone, max(bytes, c.s.share()-a.held.Load()))
 	}
 	_ = c.waitRoom(func() bool {
 		switch {

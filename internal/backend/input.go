@@ -46,13 +46,22 @@ type answerInput struct {
 
 func newAnswerInput(c *conn, r *pacedReader, nc net.Conn) *answerInput {
 	in := &answerInput{c: c, r: r}
-	if _, isTLS := nc.(*tls.Conn); !isTLS {
+	if _, isTLS := nc.(tlsState); !isTLS {
 		if sc, ok := nc.(syscall.Conn); ok {
 			in.raw, _ = sc.SyscallConn()
 		}
 	}
 	return in
 }
+
+// tlsState is a connection under TLS: crypto/tls's, or a type that embeds it (dial's
+// tlsConn, which also offers the socket under it). Whether a connection is TLS is asked of
+// this capability, never of a concrete type: read as a socket, TLS records are not answers.
+type tlsState interface {
+	ConnectionState() tls.ConnectionState
+}
+
+var _ tlsState = tlsConn{}
 
 func (in *answerInput) Read(p []byte) (int, error) {
 	if len(in.pending) > 0 {
@@ -149,7 +158,7 @@ func (in *answerInput) wait(br interface{ Buffered() int }, reset func(), decode
 // when it leaves. Close would wait for a reader in its wait, which holds the socket's read
 // lock. A TLS connection, never read that way, is closed.
 func hangUp(nc net.Conn) {
-	if _, isTLS := nc.(*tls.Conn); !isTLS {
+	if _, isTLS := nc.(tlsState); !isTLS {
 		if sc, ok := nc.(syscall.Conn); ok {
 			if raw, err := sc.SyscallConn(); err == nil {
 				_ = raw.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })

@@ -416,6 +416,8 @@ func peerLoad(t *testing.T, tier peerTier, d, allowed time.Duration) staleness {
 			return
 		}
 		defer tc.Close()
+		pace := time.NewTicker(5 * time.Millisecond) // a round of writes per tick
+		defer pace.Stop()
 		for v := int64(1); v < 10*maxOps; v++ {
 			for _, k := range keys {
 				select {
@@ -430,7 +432,11 @@ func peerLoad(t *testing.T, tier peerTier, d, allowed time.Duration) staleness {
 				acks.acked(k, v, time.Now())
 				writes.Add(1)
 			}
-			time.Sleep(5 * time.Millisecond)
+			select {
+			case <-stop:
+				return
+			case <-pace.C:
+			}
 		}
 	})
 	for range 4 {
@@ -441,13 +447,14 @@ func peerLoad(t *testing.T, tier peerTier, d, allowed time.Duration) staleness {
 				return
 			}
 			defer tc.Close()
+			pace := time.NewTicker(time.Millisecond) // the reads that matter are those right after a write
+			defer pace.Stop()
 			for range 10 * maxOps {
 				select {
 				case <-stop:
 					return
-				default:
+				case <-pace.C:
 				}
-				time.Sleep(time.Millisecond) // paced: the reads that matter are those right after a write
 				k := keys[rand.IntN(len(keys))]
 				sent := time.Now()
 				floor := acks.floor(k, sent)
@@ -489,8 +496,8 @@ func peerLoad(t *testing.T, tier peerTier, d, allowed time.Duration) staleness {
 			}
 		})
 	}
-	time.Sleep(d)
-	close(stop)
+	ends := time.AfterFunc(d, func() { close(stop) }) // the load runs for d (each loop is bounded in count too)
+	defer ends.Stop()
 	wg.Wait()
 	out := staleness{reads: reads.Load(), misses: misses.Load(), writes: writes.Load(), beyond: beyond.Load(), within: within.Load(),
 		worst: time.Duration(worst.Load()), examples: examples}

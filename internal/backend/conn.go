@@ -47,6 +47,7 @@ type conn struct {
 
 	mu      sync.Mutex
 	nc      net.Conn      // nil while down
+	out     *socketWriter // nc's socket, written without the scheduler (nbsys); nil under TLS or while down
 	stop    chan struct{} // closed when nc fails: its writeLoop exits
 	kick    chan struct{} // hands nc's writing to its writeLoop (see flush); capacity 1
 	dialing bool          // a dial is in progress
@@ -135,12 +136,12 @@ func (c *conn) flush() {
 // writeOnce writes wbuf to nc; the caller holds mu and the writing (c.writer), and still
 // does on true. On false nc failed and mu is unlocked.
 func (c *conn) writeOnce(nc net.Conn) bool {
-	buf, batch := c.wbuf, c.unsent
+	buf, batch, out := c.wbuf, c.unsent, c.out
 	c.wbuf, c.spare, c.unsent = c.spare[:0], nil, 0
 	c.pending.Store(false)
 	c.mu.Unlock()
 
-	if err := c.write(nc, buf); err != nil {
+	if err := c.write(nc, out, buf); err != nil {
 		c.fail(nc, fmt.Errorf("write: %w", err))
 		return false
 	}
@@ -189,11 +190,23 @@ func (c *conn) writeLoop(nc net.Conn, stop, kick <-chan struct{}) {
 	}
 }
 
-// write writes buf to nc. Like a call's timeout, the write's measures the server, not the
-// size of buf: it fails when the server has taken nothing for Timeout, unless it has been
-// sending answers meanwhile (memcached reads no more requests from a connection while it is
-// writing a large answer on it, until moxi has read that).
-func (c *conn) write(nc net.Conn, buf []byte) error {
+// write writes buf to nc, whose socket is out when it is plain. What the socket takes at
+// once is written without a deadline, in one system call that does not wait (nbsys). Like
+// a call's timeout, the rest's measures the server, not the size of buf: it fails when the
+// server has taken nothing for Timeout, unless it has been sending answers meanwhile
+// (memcached reads no more requests from a connection while it is writing a large answer
+// on it, until moxi has read that).
+func (c *conn) write(nc net.Conn, out *socketWriter, buf []byte) error {
+	if out != nil {
+		n, err := out.now(buf)
+		if err != nil {
+			return err
+		}
+		c.s.writes.Add(1)
+		if buf = buf[n:]; len(buf) == 0 {
+			return nil
+		}
+	}
 	timeout := c.s.opts.Timeout
 	for {
 		since := c.s.clock()
@@ -317,7 +330,7 @@ func (c *conn) dialLoop() {
 		}
 		stop, kick := make(chan struct{}), make(chan struct{}, 1)
 		if err == nil {
-			c.nc, c.stop, c.kick = nc, stop, kick
+			c.nc, c.stop, c.kick, c.out = nc, stop, kick, newSocketWriter(nc)
 			c.up.Store(true)
 		}
 		c.mu.Unlock()
@@ -493,7 +506,7 @@ func (c *conn) fail(nc net.Conn, err error) {
 		c.mu.Unlock()
 		return // already failed
 	}
-	c.nc, c.writer = nil, nil
+	c.nc, c.writer, c.out = nil, nil, nil
 	// The dial loop redials at once (dialLoop): from now on, not from when it starts, a
 	// request that must keep its order waits for that dial (pick, waitReady) rather than go
 	// on another connection, where it could be executed before the requests sent before it

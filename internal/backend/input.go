@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/moxi-proxy/moxi/internal/burst"
+	"github.com/moxi-proxy/moxi/internal/nbsys"
 )
 
 // Reading a server connection's answers without a read that finds nothing. Go's poller
@@ -45,13 +46,7 @@ type answerInput struct {
 }
 
 func newAnswerInput(c *conn, r *pacedReader, nc net.Conn) *answerInput {
-	in := &answerInput{c: c, r: r}
-	if _, isTLS := nc.(tlsState); !isTLS {
-		if sc, ok := nc.(syscall.Conn); ok {
-			in.raw, _ = sc.SyscallConn()
-		}
-	}
-	return in
+	return &answerInput{c: c, r: r, raw: plainSocket(nc)}
 }
 
 // tlsState is a connection under TLS: crypto/tls's, or a type that embeds it (dial's
@@ -98,9 +93,9 @@ func (in *answerInput) wait(br interface{ Buffered() int }, reset func(), decode
 	err := in.raw.Read(func(fd uintptr) bool {
 		for again := false; ; {
 			buf := inputBuffers.Get().(*[]byte)
-			n, err := syscall.Read(int(fd), *buf)
+			n, err := nbsys.Read(fd, *buf)
 			for errors.Is(err, syscall.EINTR) {
-				n, err = syscall.Read(int(fd), *buf)
+				n, err = nbsys.Read(fd, *buf)
 			}
 			if again {
 				in.guess.Found(n > 0)
@@ -158,13 +153,9 @@ func (in *answerInput) wait(br interface{ Buffered() int }, reset func(), decode
 // when it leaves. Close would wait for a reader in its wait, which holds the socket's read
 // lock. A TLS connection, never read that way, is closed.
 func hangUp(nc net.Conn) {
-	if _, isTLS := nc.(tlsState); !isTLS {
-		if sc, ok := nc.(syscall.Conn); ok {
-			if raw, err := sc.SyscallConn(); err == nil {
-				_ = raw.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
-				return
-			}
-		}
+	if raw := plainSocket(nc); raw != nil {
+		_ = raw.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
+		return
 	}
 	_ = nc.Close()
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/nbsys"
 	"github.com/moxi-proxy/moxi/internal/walk"
 )
 
@@ -309,7 +310,7 @@ type rawWrite struct {
 }
 
 func (w *rawWrite) write(fd uintptr) bool {
-	w.n, w.err = syscall.Write(int(fd), w.b)
+	w.n, w.err = nbsys.Write(fd, w.b)
 	if errors.Is(w.err, syscall.EAGAIN) || errors.Is(w.err, syscall.EINTR) {
 		w.err = nil
 	}

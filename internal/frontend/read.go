@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/burst"
+	"github.com/moxi-proxy/moxi/internal/nbsys"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/sockpeek"
 	"github.com/moxi-proxy/moxi/internal/walk"
@@ -120,9 +121,9 @@ func (c *conn) arrived(fd uintptr) bool {
 			b := make([]byte, readBufferSize)
 			buf = &b
 		}
-		n, err := syscall.Read(int(fd), *buf)
+		n, err := nbsys.Read(fd, *buf)
 		for errors.Is(err, syscall.EINTR) {
-			n, err = syscall.Read(int(fd), *buf)
+			n, err = nbsys.Read(fd, *buf)
 		}
 		if again {
 			w.guess.Found(n > 0)

@@ -49,7 +49,7 @@ const (
 type writeStripe struct {
 	mu     sync.Mutex    // held briefly at a write's beginning and end, and by IfQuiet's copy
 	serial sync.Mutex    // held by a replicated write throughout (Lock)
-	state  atomic.Uint64 // writes in flight << inFlightShift | writes ended; changed under mu
+	state  atomic.Uint64 // writes in flight << inFlightShift | writes ended; a write begins under mu
 }
 
 // A stripe's state: its writes in flight in the top 16 bits, its writes ended (modulo
@@ -66,8 +66,7 @@ func stripeOf(key []byte) int { return keyhash.Stripe(key, writeStripes) }
 // of either waits for, or gives way to, a write of the other.
 func Shares(a, b []byte) bool { return stripeOf(a) == stripeOf(b) }
 
-// count changes the writes of stripe i, and those in flight in its group by inFlight,
-// under the stripe's lock.
+// count changes the writes of stripe i, and those in flight in its group by inFlight.
 func (w *Guard) count(i int, delta uint64, inFlight int32) {
 	w.groups[i%writeGroups].Add(inFlight)
 	w.stripes[i].state.Add(delta)
@@ -83,13 +82,11 @@ func (w *Guard) Begin(key []byte) {
 	s.mu.Unlock()
 }
 
-// End counts the write of key Begin counted as ended, once it is answered.
+// End counts the write of key Begin counted as ended, once it is answered. It takes no
+// lock: while the write was in flight no IfQuiet of its stripe could run its fn (the state
+// it saw had a write in flight), and one that runs after End sees the state End left.
 func (w *Guard) End(key []byte) {
-	i := stripeOf(key)
-	s := &w.stripes[i]
-	s.mu.Lock()
-	w.count(i, oneEnded, -1)
-	s.mu.Unlock()
+	w.count(stripeOf(key), oneEnded, -1)
 }
 
 // InFlight reports whether a write of a key of key's group of stripes is in flight.

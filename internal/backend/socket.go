@@ -15,15 +15,7 @@ func plainSocket(nc net.Conn) syscall.RawConn {
 	if _, isTLS := nc.(tlsState); isTLS {
 		return nil
 	}
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return raw
+	return nbsys.Socket(nc)
 }
 
 // socketWriter writes a plain server connection's socket what it takes at once (now), in

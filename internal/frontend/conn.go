@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/nbsys"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/turn"
 	"github.com/moxi-proxy/moxi/internal/walk"
@@ -119,8 +120,8 @@ func newConn(s *Server, h Handler, nc net.Conn, chain *turn.Chain) *conn {
 	c.acct.init(s)
 	c.starter, _ = h.(Starter)
 	c.timer, _ = h.(Timer)
-	if sc, ok := nc.(syscall.Conn); ok && !isTLS(nc) { // bytes written to the socket are the client's (not TLS's)
-		c.raw, _ = sc.SyscallConn()
+	if !isTLS(nc) { // bytes written to the socket are the client's (not TLS's)
+		c.raw = nbsys.Socket(nc)
 	}
 	if s.poller != nil && (c.raw != nil || descriptorOf(nc) != nil) { // a plain socket's descriptor is c.raw already
 		c.parkable = handshakeDone(nc)

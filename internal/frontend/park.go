@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moxi-proxy/moxi/internal/nbsys"
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/turn"
 )
@@ -296,13 +297,5 @@ func descriptorOf(nc net.Conn) syscall.RawConn {
 	if t, ok := nc.(TLSConn); ok {
 		nc = t.NetConn()
 	}
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return raw
+	return nbsys.Socket(nc)
 }

@@ -16,5 +16,25 @@
 // long enough for the processor to be worth giving away.
 package nbsys
 
+import (
+	"net"
+	"syscall"
+)
+
 // MaxRaw is the largest write made without telling the scheduler.
 const MaxRaw = 256 << 10
+
+// Socket is the socket under nc, for the raw reads and writes; nil when nc offers none
+// (syscall.Conn). Under TLS it is the TLS layer's own, if it offers one: callers that must
+// not read or write records as bytes ask first whether nc is TLS.
+func Socket(nc net.Conn) syscall.RawConn {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return raw
+}

@@ -5,17 +5,15 @@ package sockpeek
 import (
 	"net"
 	"syscall"
+
+	"github.com/moxi-proxy/moxi/internal/nbsys"
 )
 
 // Waiting reports whether nc has bytes received and not yet read. It costs a system call
 // (recv with MSG_PEEK|MSG_DONTWAIT); false when nc is not a socket.
 func Waiting(nc net.Conn) bool {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := nbsys.Socket(nc)
+	if rc == nil {
 		return false
 	}
 	n := 0

@@ -92,30 +92,14 @@ func TestWalk(t *testing.T) {
 			if len(want) == 0 {
 				t.Fatalf("docs/architecture.md has no walk of %s", tc.walk)
 			}
-			if err := os.WriteFile(record, nil, 0o644); err != nil { // moxi appends: start afresh
-				t.Fatal(err)
-			}
-			c, err := net.Dial("tcp", moxi.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second))
-			if _, err := c.Write(tc.send); err != nil {
-				t.Fatal(err)
-			}
-			if err := readAnswers(bufio.NewReader(c), tc.answers, tc.binary); err != nil {
-				t.Fatal(err)
-			}
+			// Steps recorded before the request's first one are the earlier requests' (the
+			// last steps of setKeys' set may follow its answer), and a server connection's
+			// background request may land inside a walk on a loaded machine: the walk is
+			// tried up to three times, and every try must differ for the test to fail.
 			var got []string
-			deadline := time.Now().Add(10 * time.Second)
-			for { // the last step's record may follow the answer's write by a moment
-				b, err := os.ReadFile(record)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = slices.Compact(strings.Fields(string(b)))
-				if len(got) > 0 && got[len(got)-1] == want[len(want)-1] || time.Now().After(deadline) {
+			for try := 0; try < 3; try++ {
+				got = walkOnce(t, moxi.addr, record, want, tc.send, tc.answers, tc.binary)
+				if slices.Equal(got, slices.Compact(slices.Clone(want))) {
 					break
 				}
 			}
@@ -124,6 +108,43 @@ func TestWalk(t *testing.T) {
 			}
 		})
 	}
+}
+
+// walkOnce sends one walk's requests on a new connection, reads their answers, and returns
+// the steps moxi recorded from the walk's first step on, a step repeated at once counted once.
+func walkOnce(t *testing.T, addr, record string, want []string, send []byte, answers int, binaryAnswers bool) []string {
+	t.Helper()
+	if err := os.WriteFile(record, nil, 0o644); err != nil { // moxi appends: start afresh
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(send); err != nil {
+		t.Fatal(err)
+	}
+	if err := readAnswers(bufio.NewReader(c), answers, binaryAnswers); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	deadline := time.Now().Add(10 * time.Second)
+	for { // the last step's record may follow the answer's write by a moment
+		b, err := os.ReadFile(record)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = slices.Compact(strings.Fields(string(b)))
+		if len(got) > 0 && got[len(got)-1] == want[len(want)-1] || time.Now().After(deadline) {
+			break
+		}
+	}
+	if i := slices.Index(got, want[0]); i > 0 {
+		got = got[i:]
+	}
+	return got
 }
 
 // readAnswers reads n answers: text or meta ones up to their END or EN (a VA's value

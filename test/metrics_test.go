@@ -434,6 +434,18 @@ routes:
 		}
 		readyz := "http://" + admin + "/readyz"
 		pollUntil(t, "/readyz 200", func() bool { code, _ := adminDo(t, "GET", readyz, ""); return code == 200 })
+		// Each connection that comes up has moxi ask the server for its start instant
+		// (stats): one still unanswered when memcached stops would stay in flight beside
+		// the get. So all four connections are up and nothing is in flight first, across
+		// a round trip of a client's.
+		quiet := func() bool {
+			_, body := adminDo(t, "GET", "http://"+admin+"/servers", "")
+			return strings.Contains(body, `"connections": 4`) && strings.Contains(body, `"in_flight": 0`)
+		}
+		pollUntil(t, "every connection up, nothing in flight", quiet)
+		c0, r0 := dialConn(t, p.addr)
+		roundTrip(t, c0, r0, "get warm\r\n", "END")
+		pollUntil(t, "nothing in flight after a get", quiet)
 
 		// A request held in flight by a stopped memcached keeps the drain going.
 		if err := mc.Signal(syscall.SIGSTOP); err != nil {
@@ -450,10 +462,13 @@ routes:
 		if _, err := c.Write([]byte("get held\r\n")); err != nil {
 			t.Fatal(err)
 		}
-		pollUntil(t, "the get in flight", func() bool {
-			_, body := adminDo(t, "GET", "http://"+admin+"/servers", "")
-			return strings.Contains(body, `"in_flight": 1`)
-		})
+		var servers string
+		if !poll(20*time.Second, func() bool {
+			_, servers = adminDo(t, "GET", "http://"+admin+"/servers", "")
+			return strings.Contains(servers, `"in_flight": 1`)
+		}) {
+			t.Fatalf("after 20s the get is not in flight: GET /servers = %s", servers)
+		}
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,9 @@
 # direct, and the CPU each proxy spends per request (user + system time over the run's
 # requests).
 # The same runs measure bench/floor, a forwarder with no features built as event loops (one
-# loop, and two: one a core here), as the floor of what a proxy hop costs on this machine.
+# loop, and two: one a core here), as the floor of what a proxy hop costs on this machine, and
+# bench/floor -codecs (two loops), which also decodes and encodes every request and
+# answer with moxi's codecs: the floor of moxi's own request path.
 #
 #   bench/compare.sh                 # 3 rounds of 10 s each, ascii then binary
 #   ROUNDS=5 DURATION=20s bench/compare.sh
@@ -30,11 +32,13 @@ start_targets --admin "127.0.0.1:$admin" ${PROFILE:+--pprof}
 go build -o "$work/floor" ./bench/floor
 fl1=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$fl1" -backend "127.0.0.1:$mc" -loops 1; fl1pid=${pids[-1]}
 fl2=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$fl2" -backend "127.0.0.1:$mc" -loops 2; fl2pid=${pids[-1]}
-waitport "$fl1"; waitport "$fl2"
+flc=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$flc" -backend "127.0.0.1:$mc" -loops 2 -codecs; flcpid=${pids[-1]}
+waitport "$fl1"; waitport "$fl2"; waitport "$flc"
 
 declare -A pidof=([twemproxy]=$twpid [moxi]=$mxpid [moxi-1thread]=$mx1pid [moxi-binary]=$mxpid [moxi-1thread-bin]=$mx1pid
 	[haproxy-1thread]=$hp1pid [haproxy-2threads]=$hp2pid [haproxy-1thread-bin]=$hp1pid [haproxy-2threads-bin]=$hp2pid
 	[floor-1loop]=$fl1pid [floor-2loops]=$fl2pid [floor-1loop-bin]=$fl1pid [floor-2loops-bin]=$fl2pid
+	[floor-codecs]=$flcpid [floor-codecs-bin]=$flcpid
 	[moxi-base]=$mxbpid [moxi-base-bin]=$mxbpid)
 hz=$(getconf CLK_TCK)
 
@@ -78,6 +82,7 @@ for r in $(seq "$ROUNDS"); do
 	run haproxy-2threads "$hp2"
 	run floor-1loop "$fl1"
 	run floor-2loops "$fl2"
+	run floor-codecs "$flc"
 done
 for r in $(seq "$ROUNDS"); do
 	echo "round $r (binary)"
@@ -89,6 +94,7 @@ for r in $(seq "$ROUNDS"); do
 	run haproxy-2threads-bin "$hp2" -B
 	run floor-1loop-bin "$fl1" -B
 	run floor-2loops-bin "$fl2" -B
+	run floor-codecs-bin "$flc" -B
 done
 
 d=$(median tps.direct); t=$(median tps.twemproxy); m=$(median tps.moxi); m1=$(median tps.moxi-1thread)
@@ -108,6 +114,11 @@ echo "floor (bench/floor: a forwarder with no features, as event loops):"
 echo "  ascii: 1 loop $f1 ops/s: /twemproxy $(ratio "$f1" "$t")  /direct $(ratio "$f1" "$d");  2 loops $f2 ops/s: /twemproxy $(ratio "$f2" "$t")  /direct $(ratio "$f2" "$d")"
 echo "  binary: 1 loop $fb1 ops/s: /direct $(ratio "$fb1" "$db");  2 loops $fb2 ops/s: /direct $(ratio "$fb2" "$db")"
 echo "  CPU µs/request ascii: 1 loop $cf1 ($(ratio "$cf1" "$ct") of twemproxy)  2 loops $cf2 ($(ratio "$cf2" "$ct"))"
+fc=$(median tps.floor-codecs); fcb=$(median tps.floor-codecs-bin); cfc=$(median cpu.floor-codecs); cfcb=$(median cpu.floor-codecs-bin)
+cfb2=$(median cpu.floor-2loops-bin); cmb=$(median cpu.moxi-binary)
+echo "floor -codecs (2 loops: also decodes and encodes with moxi's codecs):"
+echo "  ascii $fc ops/s, $cfc µs CPU/request ($(ratio "$cfc" "$cf2") of the floor's);  binary $fcb ops/s, $cfcb µs ($(ratio "$cfcb" "$cfb2") of the floor's)"
+echo "  moxi CPU/request / floor -codecs': ascii $(ratio "$cm" "$cfc")  binary $(ratio "$cmb" "$cfcb")"
 h1=$(median tps.haproxy-1thread); h2=$(median tps.haproxy-2threads); hb2=$(median tps.haproxy-2threads-bin)
 ch1=$(median cpu.haproxy-1thread); ch2=$(median cpu.haproxy-2threads)
 echo "HAProxy (TCP mode, a byte relay): ascii 1 thread $h1 ops/s, 2 threads $h2 ops/s; binary 2 threads $hb2 ops/s"

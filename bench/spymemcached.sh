@@ -3,8 +3,8 @@
 # that pipelines the operations of THREADS threads, each setting one of its own keys and
 # getting it back, against memcached direct, through twemproxy (nutcracker, text only) and
 # through moxi (and moxi with GOMAXPROCS=1), and through two byte relays, the floor of a
-# proxy hop (HAProxy in TCP mode with 2 threads, and socat: bench/lib.sh start_relay), all in
-# front of the same memcached; text
+# proxy hop (HAProxy in TCP mode with 2 threads, and socat: bench/lib.sh start_relay), and
+# bench/floor (2 loops; text only) and bench/floor -codecs, all in front of the same memcached; text
 # protocol (DefaultConnectionFactory) and binary (BinaryConnectionFactory), interleaved over
 # ROUNDS rounds. Prints the median ops/s and get p50 latency of each, the ratios
 # moxi/twemproxy, moxi/direct and moxi/HAProxy, and the errors and wrong answers (a get that did not return
@@ -31,8 +31,13 @@ jar=$(dpkg -L libspymemcached-java | grep '/usr/share/java/spymemcached\.jar$')
 javac -d "$work/classes" -cp "$jar" bench/java/SpyLoad.java
 start_targets
 rl=$(freeport); start_relay "$rl" "$mc"
+go build -o "$work/floor" ./bench/floor
+fl2=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$fl2" -backend "127.0.0.1:$mc" -loops 2
+flc=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$flc" -backend "127.0.0.1:$mc" -loops 2 -codecs
+waitport "$fl2"; waitport "$flc"
 
-declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1 [haproxy]=$hp2 [relay]=$rl)
+declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1 [haproxy]=$hp2 [relay]=$rl
+	[floor-2loops]=$fl2 [floor-codecs]=$flc)
 
 # run PROTOCOL TARGET: one SpyLoad run; its ops/s, get p50, errors and wrong answers are
 # appended to $work/{ops_per_s,get_p50_us,errors,wrong}.PROTOCOL.TARGET.
@@ -52,8 +57,9 @@ sum() { awk '{s += $1} END {print s + 0}' "$work/$1"; }
 # ops PROTOCOL.TARGET: the median ops/s.
 ops() { median "ops_per_s.$1" %.0f; }
 
-text=(direct twemproxy moxi moxi-1thread haproxy relay)
-binary=(direct moxi moxi-1thread haproxy relay)
+# bench/floor frames no quiet get, which spymemcached's binary multi-gets are: -codecs only there.
+text=(direct twemproxy moxi moxi-1thread haproxy relay floor-2loops floor-codecs)
+binary=(direct moxi moxi-1thread haproxy relay floor-codecs)
 if [ -n "$mxb" ]; then # MOXI_BASE: moxi at that commit, in the same rounds
 	port[moxi-base]=$mxb
 	text+=(moxi-base)
@@ -89,6 +95,9 @@ echo "  binary: moxi/direct $(ratio "$(ops binary.moxi)" "$(ops binary.direct)")
 	" moxi(1proc)/direct $(ratio "$(ops binary.moxi-1thread)" "$(ops binary.direct)")"
 echo "  moxi/HAProxy (2 threads, TCP mode): text $(ratio "$(ops text.moxi)" "$(ops text.haproxy)")" \
 	" binary $(ratio "$(ops binary.moxi)" "$(ops binary.haproxy)")"
+echo "  bench/floor (2 loops)/HAProxy: text $(ratio "$(ops text.floor-2loops)" "$(ops text.haproxy)");" \
+	" bench/floor -codecs/HAProxy: text $(ratio "$(ops text.floor-codecs)" "$(ops text.haproxy)")" \
+	" binary $(ratio "$(ops binary.floor-codecs)" "$(ops binary.haproxy)")"
 echo "  relay (socat, no work at all): text relay/twemproxy $(ratio "$(ops text.relay)" "$(ops text.twemproxy)")" \
 	" text relay/direct $(ratio "$(ops text.relay)" "$(ops text.direct)")" \
 	" binary relay/direct $(ratio "$(ops binary.relay)" "$(ops binary.direct)")"

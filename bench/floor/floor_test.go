@@ -18,17 +18,23 @@ import (
 
 // TestForwardsLikeMemcached sends the same pipelined text, meta and binary streams (sets,
 // hits, misses, a multi-get, a value larger than one read, deletes, quiet sets) to memcached and through
-// floor, and wants the same answers byte for byte: the bench reference must forward what it
-// claims to, or its figures mean nothing.
+// floor, framing only and with -codecs, and wants the same answers byte for byte: the bench
+// reference must forward what it claims to, or its figures mean nothing.
 func TestForwardsLikeMemcached(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "floor")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	for _, mode := range [][]string{nil, {"-codecs"}} {
+		t.Run(fmt.Sprintf("floor %v", mode), func(t *testing.T) { forwardsLikeMemcached(t, bin, mode) })
+	}
+}
+
+func forwardsLikeMemcached(t *testing.T, bin string, mode []string) {
 	direct := memcachedtest.Start(t)
 	through := memcachedtest.Start(t) // a server of its own: both start empty
 	addr := memcachedtest.FreeAddr(t)
-	cmd := exec.Command(bin, "-listen", addr, "-backend", through.Addr, "-loops", "2")
+	cmd := exec.Command(bin, append([]string{"-listen", addr, "-backend", through.Addr, "-loops", "2"}, mode...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -65,8 +71,22 @@ func TestForwardsLikeMemcached(t *testing.T) {
 	bin1.Write(packet(0x0a, 13, nil, nil, nil))
 	bin1.Write(packet(0x00, 14, []byte("q99"), nil, nil))
 	binSize := 50*3 + 6
+	// Quiet gets, which only -codecs follows (by opaque): 20 sets, then 40 getkq of which
+	// every other one hits, then a noop.
+	var quietGets bytes.Buffer
+	for i := range 20 {
+		quietGets.Write(packet(0x01, uint32(i), fmt.Appendf(nil, "g%d", i), make([]byte, 8), []byte("got")))
+	}
+	for i := range 40 {
+		key := fmt.Appendf(nil, "g%d", i/2)
+		if i%2 == 1 {
+			key = fmt.Appendf(nil, "gone%d", i)
+		}
+		quietGets.Write(packet(0x0d, uint32(100+i), key, nil, nil))
+	}
+	quietGets.Write(packet(0x0a, 999, nil, nil, nil))
 
-	for _, c := range []struct {
+	cases := []struct {
 		name    string
 		stream  []byte
 		answers func(*testing.T, io.Reader) []byte
@@ -75,11 +95,24 @@ func TestForwardsLikeMemcached(t *testing.T) {
 		// ms, two mg, md and mn: five answers for each i
 		{"meta", meta.Bytes(), func(t *testing.T, r io.Reader) []byte { return readText(t, r, 50*5+3) }},
 		{"binary", bin1.Bytes(), func(t *testing.T, r io.Reader) []byte { return readBinary(t, r, binSize) }},
-	} {
+	}
+	if len(mode) > 0 {
+		cases = append(cases, struct {
+			name    string
+			stream  []byte
+			answers func(*testing.T, io.Reader) []byte
+		}{"binary quiet gets", quietGets.Bytes(), func(t *testing.T, r io.Reader) []byte { return readBinary(t, r, 20+20+1) }})
+	}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			want := exchange(t, direct.Addr, c.stream, c.answers)
 			got := exchange(t, addr, c.stream, c.answers)
 			if !bytes.Equal(got, want) {
+				i := 0
+				for i < min(len(got), len(want)) && got[i] == want[i] {
+					i++
+				}
+				t.Errorf("first difference at %d: got %q, want %q", i, got[max(0, i-40):min(len(got), i+40)], want[max(0, i-40):min(len(want), i+40)])
 				t.Fatalf("through floor: %d bytes of answers, %q…; from memcached: %d bytes, %q…",
 					len(got), head(got), len(want), head(want))
 			}

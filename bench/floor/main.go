@@ -15,7 +15,11 @@
 // succeed: a quiet write's answer is taken to be no answer. noreply, meta q and quiet gets
 // are not supported.
 //
+// With -codecs it also does the work every request costs a proxy that speaks binary to
+// memcached, as moxi does: decode, encode, and back (codecs.go).
+//
 //	floor -listen 127.0.0.1:21600 -backend 127.0.0.1:11211 -loops 1
+//	floor -listen 127.0.0.1:21601 -backend 127.0.0.1:11211 -loops 2 -codecs
 package main
 
 import (
@@ -54,6 +58,7 @@ type backend struct {
 	stream
 	binary  bool
 	waiting []*client
+	pend    []*pending // -codecs: what the answers on their way are encoded from
 }
 
 type loop struct {
@@ -62,12 +67,14 @@ type loop struct {
 	be      [2]*backend // text, binary; dialed on first use
 	clients map[int]*client
 	dirty   []*stream // streams with output to flush once the events are handled
+	codecs  *codecs   // -codecs (codecs.go); nil: frame only
 }
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:21600", "`host:port` to accept clients on")
 	addr := flag.String("backend", "127.0.0.1:11211", "memcached `host:port`")
 	loops := flag.Int("loops", runtime.GOMAXPROCS(0), "event loops, one OS thread each")
+	withCodecs := flag.Bool("codecs", false, "decode and encode each request and answer with moxi's codecs (codecs.go)")
 	flag.Parse()
 	ap, err := netip.ParseAddrPort(*listen)
 	check(err)
@@ -75,6 +82,9 @@ func main() {
 		ep, err := syscall.EpollCreate1(0)
 		check(err)
 		l := &loop{ep: ep, ln: listenFD(ap), addr: *addr, clients: map[int]*client{}}
+		if *withCodecs {
+			l.codecs = newCodecs()
+		}
 		l.ctl(syscall.EPOLL_CTL_ADD, l.ln, syscall.EPOLLIN)
 		go l.run()
 	}
@@ -142,7 +152,11 @@ func (l *loop) run() {
 					if !readAll(&b.stream, buf) {
 						check(errors.New("memcached closed the connection"))
 					}
-					l.answers(b)
+					if l.codecs != nil {
+						l.decodeAnswers(b)
+					} else {
+						l.answers(b)
+					}
 				}
 				continue
 			}
@@ -158,7 +172,11 @@ func (l *loop) run() {
 					l.close(c)
 					continue
 				}
-				l.requests(c)
+				if l.codecs != nil {
+					l.decodeRequests(c)
+				} else {
+					l.requests(c)
+				}
 			}
 		}
 		for _, s := range l.dirty {

@@ -4,7 +4,7 @@
 # getting it back, against memcached direct, through twemproxy (nutcracker, text only) and
 # through moxi (and moxi with GOMAXPROCS=1), and through two byte relays, the floor of a
 # proxy hop (HAProxy in TCP mode with 2 threads, and socat: bench/lib.sh start_relay), and
-# bench/floor (2 loops; text only) and bench/floor -codecs, all in front of the same memcached; text
+# bench/floor (2 loops) and bench/floor -codecs, all in front of the same memcached; text
 # protocol (DefaultConnectionFactory) and binary (BinaryConnectionFactory), interleaved over
 # ROUNDS rounds. Prints the median ops/s and get p50 latency of each, the ratios
 # moxi/twemproxy, moxi/direct and moxi/HAProxy, and the errors and wrong answers (a get that did not return
@@ -57,9 +57,8 @@ sum() { awk '{s += $1} END {print s + 0}' "$work/$1"; }
 # ops PROTOCOL.TARGET: the median ops/s.
 ops() { median "ops_per_s.$1" %.0f; }
 
-# bench/floor frames no quiet get, which spymemcached's binary multi-gets are: -codecs only there.
 text=(direct twemproxy moxi moxi-1thread haproxy relay floor-2loops floor-codecs)
-binary=(direct moxi moxi-1thread haproxy relay floor-codecs)
+binary=(direct moxi moxi-1thread haproxy relay floor-2loops floor-codecs)
 if [ -n "$mxb" ]; then # MOXI_BASE: moxi at that commit, in the same rounds
 	port[moxi-base]=$mxb
 	text+=(moxi-base)
@@ -95,7 +94,8 @@ echo "  binary: moxi/direct $(ratio "$(ops binary.moxi)" "$(ops binary.direct)")
 	" moxi(1proc)/direct $(ratio "$(ops binary.moxi-1thread)" "$(ops binary.direct)")"
 echo "  moxi/HAProxy (2 threads, TCP mode): text $(ratio "$(ops text.moxi)" "$(ops text.haproxy)")" \
 	" binary $(ratio "$(ops binary.moxi)" "$(ops binary.haproxy)")"
-echo "  bench/floor (2 loops)/HAProxy: text $(ratio "$(ops text.floor-2loops)" "$(ops text.haproxy)");" \
+echo "  bench/floor (2 loops)/HAProxy: text $(ratio "$(ops text.floor-2loops)" "$(ops text.haproxy)")" \
+	" binary $(ratio "$(ops binary.floor-2loops)" "$(ops binary.haproxy)");" \
 	" bench/floor -codecs/HAProxy: text $(ratio "$(ops text.floor-codecs)" "$(ops text.haproxy)")" \
 	" binary $(ratio "$(ops binary.floor-codecs)" "$(ops binary.haproxy)")"
 echo "  relay (socat, no work at all): text relay/twemproxy $(ratio "$(ops text.relay)" "$(ops text.twemproxy)")" \

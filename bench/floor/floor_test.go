@@ -71,8 +71,8 @@ func forwardsLikeMemcached(t *testing.T, bin string, mode []string) {
 	bin1.Write(packet(0x0a, 13, nil, nil, nil))
 	bin1.Write(packet(0x00, 14, []byte("q99"), nil, nil))
 	binSize := 50*3 + 6
-	// Quiet gets, which only -codecs follows (by opaque): 20 sets, then 40 getkq of which
-	// every other one hits, then a noop.
+	// Quiet gets, followed by opaque: 20 sets, then 40 getkq of which every other one
+	// hits, then a noop.
 	var quietGets bytes.Buffer
 	for i := range 20 {
 		quietGets.Write(packet(0x01, uint32(i), fmt.Appendf(nil, "g%d", i), make([]byte, 8), []byte("got")))
@@ -95,13 +95,7 @@ func forwardsLikeMemcached(t *testing.T, bin string, mode []string) {
 		// ms, two mg, md and mn: five answers for each i
 		{"meta", meta.Bytes(), func(t *testing.T, r io.Reader) []byte { return readText(t, r, 50*5+3) }},
 		{"binary", bin1.Bytes(), func(t *testing.T, r io.Reader) []byte { return readBinary(t, r, binSize) }},
-	}
-	if len(mode) > 0 {
-		cases = append(cases, struct {
-			name    string
-			stream  []byte
-			answers func(*testing.T, io.Reader) []byte
-		}{"binary quiet gets", quietGets.Bytes(), func(t *testing.T, r io.Reader) []byte { return readBinary(t, r, 20+20+1) }})
+		{"binary quiet gets", quietGets.Bytes(), func(t *testing.T, r io.Reader) []byte { return readBinary(t, r, 20+20+1) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -188,3 +182,41 @@ func packet(op uint8, opaque uint32, key, extras, value []byte) []byte {
 }
 
 func head(b []byte) []byte { return b[:min(len(b), 80)] }
+
+// TestQuietMissesLeaveNoWaiter: quiet gets that miss get no answer from memcached, so they
+// must not stay in line for the next answer, which on a shared backend connection is
+// another client's: a get after a client's run of misses is answered to its own client.
+func TestQuietMissesLeaveNoWaiter(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "floor")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	for _, mode := range [][]string{nil, {"-codecs"}} {
+		t.Run(fmt.Sprintf("floor %v", mode), func(t *testing.T) {
+			mc := memcachedtest.Start(t)
+			addr := memcachedtest.FreeAddr(t)
+			// One loop: both clients share its backend connection.
+			cmd := exec.Command(bin, append([]string{"-listen", addr, "-backend", mc.Addr, "-loops", "1"}, mode...)...)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			if err := memcachedtest.WaitListening(addr, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			var misses bytes.Buffer
+			for i := range 10 {
+				misses.Write(packet(0x0d, uint32(i), fmt.Appendf(nil, "absent%d", i), nil, nil))
+			}
+			misses.Write(packet(0x0a, 10, nil, nil, nil))
+			first := exchange(t, addr, misses.Bytes(), func(t *testing.T, r io.Reader) []byte { return readBinary(t, r, 1) })
+			if first[1] != 0x0a {
+				t.Fatalf("the misses' client got opcode %#x, want the noop's answer", first[1])
+			}
+			got := exchange(t, addr, packet(0x0a, 77, nil, nil, nil), func(t *testing.T, r io.Reader) []byte { return readBinary(t, r, 1) })
+			if op := binary.BigEndian.Uint32(got[12:16]); op != 77 {
+				t.Fatalf("the second client's noop answered with opaque %d, want 77", op)
+			}
+		})
+	}
+}

@@ -11,9 +11,10 @@
 // timeouts, failover, metrics or bounds on memory. Each request must get exactly one
 // answer: text storage commands, get/gets, delete, incr/decr, touch…, meta commands without
 // the q flag (ms, mg, md, ma, mn), binary non-quiet commands (what memcaslap and a plain
-// client send), and binary quiet writes (setq, deleteq… followed by a noop) as long as they
-// succeed: a quiet write's answer is taken to be no answer. noreply, meta q and quiet gets
-// are not supported.
+// client send), binary quiet gets (getq, getkq, matched by opaque: spymemcached's
+// multi-gets) and binary quiet writes (setq, deleteq… followed by a noop) as long as they
+// succeed: a quiet write's answer is taken to be no answer. noreply and meta q are not
+// supported.
 //
 // With -codecs it also does the work every request costs a proxy that speaks binary to
 // memcached, as moxi does: decode, encode, and back (codecs.go).
@@ -57,8 +58,16 @@ type client struct {
 type backend struct {
 	stream
 	binary  bool
-	waiting []*client
+	waiting []waiter
 	pend    []*pending // -codecs: what the answers on their way are encoded from
+}
+
+// waiter is a client waiting for an answer from a backend: a quiet get (getq, getkq) is
+// answered only when it hits, which its answer's opaque tells.
+type waiter struct {
+	c      *client
+	quiet  bool
+	opaque uint32
 }
 
 type loop struct {
@@ -250,8 +259,13 @@ func (l *loop) requests(c *client) {
 			l.dirty = append(l.dirty, &b.stream)
 		}
 		b.out = append(b.out, c.in[:n]...)
-		if !c.binary || !quietWrite(c.in[1]) {
-			b.waiting = append(b.waiting, c)
+		switch {
+		case !c.binary:
+			b.waiting = append(b.waiting, waiter{c: c})
+		case quietGet(c.in[1]):
+			b.waiting = append(b.waiting, waiter{c: c, quiet: true, opaque: binary.BigEndian.Uint32(c.in[12:16])})
+		case !quietWrite(c.in[1]):
+			b.waiting = append(b.waiting, waiter{c: c})
 		}
 		c.in = c.in[n:]
 	}
@@ -283,7 +297,12 @@ func (l *loop) answers(b *backend) {
 		if n <= 0 {
 			break
 		}
-		c := b.waiting[0]
+		if b.binary { // quiet gets this answer is not for missed: memcached said nothing
+			for op := binary.BigEndian.Uint32(b.in[12:16]); len(b.waiting) > 1 && b.waiting[0].quiet && b.waiting[0].opaque != op; {
+				b.waiting = b.waiting[1:]
+			}
+		}
+		c := b.waiting[0].c
 		b.waiting = b.waiting[1:]
 		if !c.dead {
 			if len(c.out) == 0 {
@@ -346,6 +365,9 @@ func quietWrite(op byte) bool {
 	}
 	return false
 }
+
+// quietGet reports whether a binary opcode is a quiet get: memcached answers it only on a hit.
+func quietGet(op byte) bool { return op == 0x09 || op == 0x0d } // getq getkq
 
 // textRequest is the length of the text request at the start of b (its data block
 // included for a storage command or a meta set), or 0 while incomplete.

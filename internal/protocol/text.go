@@ -127,7 +127,8 @@ func (d *TextReader) readLine() ([]byte, error) {
 	s, err := d.nextSlice()
 	if err == nil {
 		line := textTrimEOL(s)
-		if len(line) > d.lineLimit(line) {
+		// No limit is under MaxLineBytes: only a longer line asks which command it is.
+		if len(line) > d.lim.MaxLineBytes && len(line) > d.lineLimit(line) {
 			return nil, d.tooLong(line, true)
 		}
 		return line, nil

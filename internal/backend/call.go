@@ -3,7 +3,6 @@ package backend
 import (
 	"bytes"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,9 +12,10 @@ import (
 
 // call is one client request, or a batch of them, on its way to the server: the packets it
 // needs, and the answers as they arrive. Server.Start fills it, a conn owns it from enqueue
-// until complete, and whoever ends it — the conn that completes it, or its alarm — finishes
-// it (Server.finish): nobody waits for it. A call its alarm gave up (abandon) stays with the
-// conn, which drops the late answer: the stream stays in step and no other request sees it.
+// until complete, and whoever ends it — the conn that completes it, or its watch — finishes
+// it (Server.finish): nobody waits for it. A call its conn's watch gave up (abandon) stays
+// with the conn, which drops the late answer: the stream stays in step and no other request
+// sees it.
 //
 // The same call travels on both kinds of connection (see conn): binary packets matched by
 // opaque, or meta requests (meta true) matched in order.
@@ -48,12 +48,8 @@ type call struct {
 	count   int                 // the client requests it stands for
 	chase   bool                // moxi's own delete after a late write (Server.chase): counted nowhere
 	begun   time.Time
-	on      *conn       // the connection it was queued on
-	via     net.Conn    // on's socket when it was queued: a chase goes on that one only
-	alarm   *time.Timer // its timeout (onAlarm), made once per call
-	// alarmMu orders what onAlarm reads of the call before it re-arms the alarm with the
-	// Stop that finds it re-armed, after which the call is reused (Server.finishStarted).
-	alarmMu sync.Mutex
+	on      *conn        // the connection it was queued on
+	via     net.Conn     // on's socket when it was queued: a chase goes on that one only
 	refs    atomic.Int32 // Server.send and the end of the call: the later finishes it
 	result  error        // why it ended, set by whoever ended it
 }
@@ -64,18 +60,13 @@ const (
 	callAbandoned
 )
 
-func newCall(s *Server) *call {
-	cl := &call{s: s}
-	cl.alarm = time.AfterFunc(time.Hour, cl.onAlarm)
-	cl.alarm.Stop()
-	return cl
-}
+func newCall(s *Server) *call { return &call{s: s} }
 
 func (cl *call) reset() {
 	clear(cl.keys)
 	clear(cl.resps)
 	clear(cl.seen)
-	*cl = call{keys: cl.keys[:0], index: cl.index[:0], seen: cl.seen, mn: cl.mn[:0], resps: cl.resps[:0], s: cl.s, alarm: cl.alarm}
+	*cl = call{keys: cl.keys[:0], index: cl.index[:0], seen: cl.seen, mn: cl.mn[:0], resps: cl.resps[:0], s: cl.s}
 }
 
 // prepareMeta readies a batch of meta requests: each is sent as the client sent it, q aside
@@ -259,7 +250,7 @@ func (cl *call) answer(req *protocol.Request, resps []protocol.Response) {
 }
 
 // complete finishes the call once it is answered (or its connection failed), unless its
-// alarm gave it up first.
+// conn's watch gave it up first.
 func (cl *call) complete() {
 	walk.Step()
 	if !cl.state.CompareAndSwap(callWaiting, callDone) {
@@ -269,36 +260,15 @@ func (cl *call) complete() {
 	cl.unref()
 }
 
-// onAlarm ends a call whose server has been silent for Timeout, or sets the alarm again for
-// the rest of it. It runs on a goroutine of its own.
-//
-// The server's silence, not the time since the call was queued, is what times out: the
-// answers before the call's (one 300 MB get, say) and its own may take longer than Timeout
-// to arrive, and as long as they keep arriving the server is doing its job; nor is the
-// server late while moxi has not written the call out yet, or not read what it sent
-// (conn.silence). So when the alarm fires early in a silence, it is set again for the rest
-// of Timeout.
-func (cl *call) onAlarm() {
-	cl.alarmMu.Lock()
-	if cl.state.Load() != callWaiting {
-		cl.alarmMu.Unlock()
-		return
-	}
-	timeout := cl.s.opts.Timeout
-	if quiet := cl.on.silence(cl.sent.Load()); quiet < timeout {
-		cl.alarm.Reset(timeout - quiet)
-		cl.alarmMu.Unlock() // nothing after this: the call may be reused once it is set
-		return
-	}
-	cl.alarmMu.Unlock()
-	if cl.abandon() {
-		// Before the call ends: its end may mark the server dead, which closes on.
-		cl.s.chase(cl)
-		// The connection still owns cl and will drop its late answer; never reuse it.
-		cl.orphaned = true
-		cl.result = ErrTimeout
-		cl.unref()
-	}
+// timedOut ends a call its conn's watch gave up (abandon): a chase of its writes first,
+// then its end with ErrTimeout. The conn still owns it and drops its late answer, so it is
+// never reused.
+func (cl *call) timedOut() {
+	// Before the call ends: its end may mark the server dead, which closes on.
+	cl.s.chase(cl)
+	cl.orphaned = true
+	cl.result = ErrTimeout
+	cl.unref()
 }
 
 // unref drops one of the call's two references; the last finishes it.

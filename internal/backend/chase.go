@@ -16,7 +16,7 @@ import (
 // socket has closed since is left to the failover memory's cleanup (the replica owes the
 // key), which docs/operating.md bounds.
 //
-// The delete is moxi's own: nobody waits for it, it has no alarm (it ends with its
+// The delete is moxi's own: nobody waits for it, no watch times it out (it ends with its
 // connection if the server never answers), and its answer counts in no client's figures.
 func (s *Server) chase(cl *call) {
 	dels := chaseOf(cl)

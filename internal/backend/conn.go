@@ -57,6 +57,8 @@ type conn struct {
 	wbuf    []byte        // packets not yet written
 	spare   []byte        // the other write buffer, while writeLoop writes one
 	queue   fifo          // calls sent and not yet answered, in send order
+	watch   *time.Timer   // times out the calls in queue (watch.go)
+	watched bool          // watch is set
 	unsent  int           // how many of the newest calls in queue have their packets in wbuf
 	opaque  uint32        // next opaque
 	closed  bool          // Close was called
@@ -64,7 +66,10 @@ type conn struct {
 
 func newConn(s *Server, meta bool) *conn {
 	// Born dialing, so that a request made before dialLoop starts waits for the first dial.
-	return &conn{s: s, meta: meta, ready: make(chan struct{}), dialing: true}
+	c := &conn{s: s, meta: meta, ready: make(chan struct{}), dialing: true}
+	c.watch = time.AfterFunc(time.Hour, c.onWatch)
+	c.watch.Stop()
+	return c
 }
 
 // enqueue encodes cl and queues it for writing; false when the connection is down. The
@@ -84,6 +89,10 @@ func (c *conn) enqueueOn(via net.Conn, cl *call) bool {
 	c.wbuf = cl.encode(c.wbuf, c.opaque)
 	c.opaque += cl.n
 	c.queue.push(cl)
+	if !c.watched && !cl.chase {
+		c.watched = true
+		c.watch.Reset(c.s.opts.Timeout)
+	}
 	c.unsent++
 	c.pending.Store(c.writer != nil)
 	c.mu.Unlock()
@@ -226,15 +235,20 @@ func (c *conn) write(nc net.Conn, out *socketWriter, buf []byte) error {
 // readLoop is busy with bytes received, and when bytes wait that readLoop has not been
 // scheduled to read yet (on a loaded machine that can take longer than Timeout).
 func (c *conn) silence(since int64) time.Duration {
-	w := c.waiting.Load()
-	if since == 0 || w == 0 {
-		return 0
-	}
-	d := time.Duration(c.s.clock() - max(since, w))
+	d := c.quiet(since)
 	if d >= c.s.opts.Timeout && c.unread() {
 		return 0
 	}
 	return d
+}
+
+// quiet is silence without its look at the socket.
+func (c *conn) quiet(since int64) time.Duration {
+	w := c.waiting.Load()
+	if since == 0 || w == 0 {
+		return 0
+	}
+	return time.Duration(c.s.clock() - max(since, w))
 }
 
 // unread reports whether bytes from the server wait in the socket's receive buffer. It
@@ -537,6 +551,7 @@ func (c *conn) fail(nc net.Conn, err error) {
 func (c *conn) shutdown() {
 	c.mu.Lock()
 	c.closed = true
+	c.watch.Stop() // the calls fail now: nothing is left to time out
 	c.mu.Unlock()
 	c.drop(ErrClosed)
 }

@@ -134,7 +134,7 @@ func (s *Server) Close() error {
 }
 
 // Start sends reqs (see pool.Server) and returns once they are queued, or once a goroutine
-// of its own waits for what they need first: the connection's reader, or the call's alarm,
+// of its own waits for what they need first: the connection's reader, or its watch (timeout),
 // finishes them. A retrieval of several keys is one batch of quiet gets ended by a noop; a
 // key repeated in it is asked for once. A run of meta requests goes on a meta connection
 // (meta.go); a run mixing both kinds goes one request at a time, each minding its order.
@@ -181,8 +181,8 @@ func (s *Server) do(ctx context.Context, order *turn.Turn, req *protocol.Request
 
 // send puts cl on its way: a place among the requests in flight, a connection, the path
 // it takes after the client's previous request (turn.Turn.Switch), then its turn given
-// on, its alarm set and its packets written. Without mayWait it only takes what is there
-// at once, and reports false, having done nothing, where it would wait — for room, for a
+// on and its packets written; its conn's watch times it out. Without mayWait it only takes
+// what is there at once, and reports false, having done nothing, where it would wait — for room, for a
 // dial in progress, or for the requests the client sent on the other path (barrier); the
 // caller then sends it again from a goroutine of its own, mayWait. True: cl is on its way
 // or failed, and will be finished (finish), its turn given on either way.
@@ -254,7 +254,6 @@ func (s *Server) send(ctx context.Context, order *turn.Turn, cl *call, mayWait b
 	s.requests.Add(n)
 	order.Switch(s, path) // records the path, which WouldSwitch found needs no wait, or barrier waited for
 	order.Dispatched()
-	cl.alarm.Reset(s.opts.Timeout)
 	c.flush()
 	cl.unref()
 	return true
@@ -301,14 +300,6 @@ func (s *Server) barrier(ctx context.Context, order *turn.Turn, path turn.Path) 
 // finish ends a call once it is answered, failed or timed out, and hands the answers to
 // its caller.
 func (s *Server) finish(cl *call) {
-	if !cl.orphaned {
-		cl.alarmMu.Lock()
-		stopped := cl.alarm.Stop()
-		cl.alarmMu.Unlock()
-		if !stopped {
-			cl.orphaned = true // onAlarm is running: it must not find the call reused
-		}
-	}
 	s.release()
 	if cl.chase {
 		s.putCall(cl)

@@ -21,10 +21,7 @@ import (
 // floor, framing only and with -codecs, and wants the same answers byte for byte: the bench
 // reference must forward what it claims to, or its figures mean nothing.
 func TestForwardsLikeMemcached(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "floor")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildFloor(t)
 	for _, mode := range [][]string{nil, {"-codecs"}} {
 		t.Run(fmt.Sprintf("floor %v", mode), func(t *testing.T) { forwardsLikeMemcached(t, bin, mode) })
 	}
@@ -33,15 +30,7 @@ func TestForwardsLikeMemcached(t *testing.T) {
 func forwardsLikeMemcached(t *testing.T, bin string, mode []string) {
 	direct := memcachedtest.Start(t)
 	through := memcachedtest.Start(t) // a server of its own: both start empty
-	addr := memcachedtest.FreeAddr(t)
-	cmd := exec.Command(bin, append([]string{"-listen", addr, "-backend", through.Addr, "-loops", "2"}, mode...)...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	if err := memcachedtest.WaitListening(addr, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	addr := startFloor(t, bin, through.Addr, 2, mode)
 
 	big := bytes.Repeat([]byte("v"), 200<<10) // more than floor reads at once
 	var text bytes.Buffer
@@ -187,23 +176,11 @@ func head(b []byte) []byte { return b[:min(len(b), 80)] }
 // must not stay in line for the next answer, which on a shared backend connection is
 // another client's: a get after a client's run of misses is answered to its own client.
 func TestQuietMissesLeaveNoWaiter(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "floor")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildFloor(t)
 	for _, mode := range [][]string{nil, {"-codecs"}} {
 		t.Run(fmt.Sprintf("floor %v", mode), func(t *testing.T) {
-			mc := memcachedtest.Start(t)
-			addr := memcachedtest.FreeAddr(t)
 			// One loop: both clients share its backend connection.
-			cmd := exec.Command(bin, append([]string{"-listen", addr, "-backend", mc.Addr, "-loops", "1"}, mode...)...)
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			if err := memcachedtest.WaitListening(addr, 10*time.Second); err != nil {
-				t.Fatal(err)
-			}
+			addr := startFloor(t, bin, memcachedtest.Start(t).Addr, 1, mode)
 			var misses bytes.Buffer
 			for i := range 10 {
 				misses.Write(packet(0x0d, uint32(i), fmt.Appendf(nil, "absent%d", i), nil, nil))
@@ -219,4 +196,30 @@ func TestQuietMissesLeaveNoWaiter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildFloor builds the floor command for the test.
+func buildFloor(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "floor")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startFloor runs bin with loops event loops in front of backend, with the flags of mode,
+// and returns the address it listens on; the test's end kills it.
+func startFloor(t *testing.T, bin, backend string, loops int, mode []string) string {
+	t.Helper()
+	addr := memcachedtest.FreeAddr(t)
+	cmd := exec.Command(bin, append([]string{"-listen", addr, "-backend", backend, "-loops", fmt.Sprint(loops)}, mode...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if err := memcachedtest.WaitListening(addr, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

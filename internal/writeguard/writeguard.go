@@ -47,16 +47,20 @@ const (
 )
 
 type writeStripe struct {
-	mu     sync.Mutex    // held briefly at a write's beginning and end, and by IfQuiet's copy
+	mu     sync.Mutex    // held by IfQuiet's copy, which a write that begins meanwhile waits for
 	serial sync.Mutex    // held by a replicated write throughout (Lock)
-	state  atomic.Uint64 // writes in flight << inFlightShift | writes ended; a write begins under mu
+	state  atomic.Uint64 // writes in flight << inFlightShift | copying | writes ended
 }
 
-// A stripe's state: its writes in flight in the top 16 bits, its writes ended (modulo
-// 2^48, far more than a process writes to one stripe) below.
+// A stripe's state: its writes in flight in the top 16 bits; copying while IfQuiet's fn
+// runs; its writes ended (modulo 2^47, far more than a process writes to one stripe) below.
+// A write begins without a lock: it counts itself in flight, and only when that addition
+// finds copying set does it wait for mu, so that the copy lands first and the write
+// overwrites it.
 const (
 	inFlightShift = 48
 	oneInFlight   = uint64(1) << inFlightShift
+	copying       = oneInFlight >> 1
 	oneEnded      = ^(oneInFlight - 1) + 1 // one more ended, one fewer in flight: 1 - oneInFlight, modulo 2^64
 )
 
@@ -74,12 +78,15 @@ func (w *Guard) count(i int, delta uint64, inFlight int32) {
 
 // Begin counts a write of key in flight, before it is sent; a copy landing under IfQuiet
 // finishes first.
-func (w *Guard) Begin(key []byte) {
-	i := stripeOf(key)
+func (w *Guard) Begin(key []byte) { w.begin(stripeOf(key)) }
+
+func (w *Guard) begin(i int) {
+	w.groups[i%writeGroups].Add(1)
 	s := &w.stripes[i]
-	s.mu.Lock()
-	w.count(i, oneInFlight, 1)
-	s.mu.Unlock()
+	if s.state.Add(oneInFlight)&copying != 0 {
+		s.mu.Lock() // the copy that set it ends before its IfQuiet lets mu go
+		s.mu.Unlock()
+	}
 }
 
 // End counts the write of key Begin counted as ended, once it is answered. It takes no
@@ -94,17 +101,24 @@ func (w *Guard) InFlight(key []byte) bool { return w.groups[stripeOf(key)%writeG
 
 // Epoch is key's stripe's state, to be noted before a read whose value may be copied
 // (IfQuiet). It takes no lock.
-func (w *Guard) Epoch(key []byte) uint64 { return w.stripes[stripeOf(key)].state.Load() }
+func (w *Guard) Epoch(key []byte) uint64 { return w.stripes[stripeOf(key)].state.Load() &^ copying }
 
 // IfQuiet runs fn under key's stripe's lock when no write of the stripe was in flight at
 // Epoch's e, and none began or ended since: a write that begins meanwhile waits for fn.
 func (w *Guard) IfQuiet(key []byte, e uint64, fn func()) {
+	if e >= oneInFlight {
+		return
+	}
 	s := &w.stripes[stripeOf(key)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e < oneInFlight && s.state.Load() == e {
-		fn()
+	// The state is e only while no write began or ended since; a write that begins from
+	// here on finds copying set, and waits for mu.
+	if !s.state.CompareAndSwap(e, e|copying) {
+		return
 	}
+	defer s.state.Add(^(copying - 1)) // less copying, before mu goes
+	fn()
 }
 
 // HoldQuiet is, for a copy into a replicated pool (a read's repair, a rebuild), IfQuiet
@@ -112,8 +126,8 @@ func (w *Guard) IfQuiet(key []byte, e uint64, fn func()) {
 // replicated-write lock (Lock's) of each stripe of keys in which a key's writes neither
 // began nor ended since its epoch, and reports which keys may be copied (quiet[i]);
 // release gives the locks back. Replicated writes of those stripes wait for release; the
-// copy may wait for servers meanwhile, whose readers end other writes (and so take stripes'
-// mu), which IfQuiet's fn must not. A stripe whose lock a write holds is not quiet.
+// copy may wait for servers meanwhile, which IfQuiet's fn must not: each write of its
+// stripe that begins waits for fn. A stripe whose lock a write holds is not quiet.
 func (w *Guard) HoldQuiet(keys [][]byte, epochs []uint64) (quiet []bool, release func()) {
 	idx := make([]int, len(keys))
 	for i, k := range keys {
@@ -155,11 +169,8 @@ func (w *Guard) HoldQuiet(keys [][]byte, epochs []uint64) (quiet []bool, release
 // returns ends it.
 func (w *Guard) Lock(key []byte) func() {
 	i := stripeOf(key)
-	s := &w.stripes[i]
-	s.serial.Lock()
-	s.mu.Lock()
-	w.count(i, oneInFlight, 1)
-	s.mu.Unlock()
+	w.stripes[i].serial.Lock()
+	w.begin(i)
 	return func() { w.unlock(i) }
 }
 
@@ -170,31 +181,29 @@ func (w *Guard) TryLock(key []byte) (unlock func(), ok bool) {
 	if !s.serial.TryLock() {
 		return nil, false
 	}
-	if !s.mu.TryLock() {
+	if !s.mu.TryLock() { // a copy is landing
 		s.serial.Unlock()
 		return nil, false
 	}
-	w.count(i, oneInFlight, 1)
+	w.count(i, oneInFlight, 1) // under mu, no copy sets copying meanwhile
 	s.mu.Unlock()
 	return func() { w.unlock(i) }, true
 }
 
+// unlock ends a replicated write: as End, with no lock (see End).
 func (w *Guard) unlock(i int) {
-	s := &w.stripes[i]
-	s.mu.Lock()
 	w.count(i, oneEnded, -1)
-	s.mu.Unlock()
-	s.serial.Unlock()
+	w.stripes[i].serial.Unlock()
 }
 
 // Settled is key's stripe's state once no replicated write of the stripe runs: a read of
 // a replicated pool waits for the write of its key in flight.
 func (w *Guard) Settled(key []byte) uint64 {
 	s := &w.stripes[stripeOf(key)]
-	if e := s.state.Load(); e < oneInFlight {
+	if e := s.state.Load() &^ copying; e < oneInFlight {
 		return e
 	}
 	s.serial.Lock()
 	defer s.serial.Unlock()
-	return s.state.Load()
+	return s.state.Load() &^ copying
 }

@@ -1,7 +1,11 @@
 package writeguard
 
 import (
+	"runtime"
 	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -90,4 +94,76 @@ func TestWritesSerialised(t *testing.T) {
 		t.Fatal("no replicated write may begin once the last ended")
 	}
 	unlock()
+}
+
+// A write that begins while a copy lands waits for the copy, and so overwrites it; a copy
+// of a read older than a write begun since never lands. One writer of a key (its writes
+// are ordered, as a client's are) and copiers of what they read, concurrently: the server
+// holds, after each write is answered, what that write sent, and a copy lands nothing older
+// than a write answered before it.
+func TestCopiesNeverLandStale(t *testing.T) {
+	var (
+		w               Guard
+		k               = []byte("k")
+		server, version atomic.Uint64 // what the server holds; the last write sent
+		answered        atomic.Uint64 // the last write answered
+		done            = make(chan struct{})
+		wg              sync.WaitGroup
+		landed, stale   atomic.Int64
+	)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				e := w.Epoch(k)
+				read := version.Load() // a read elsewhere of the value
+				w.IfQuiet(k, e, func() {
+					if read < answered.Load() {
+						stale.Add(1)
+					}
+					server.Store(read)
+					landed.Add(1)
+				})
+			}
+		})
+	}
+	for v := uint64(1); v <= 20000; v++ {
+		w.Begin(k)
+		version.Store(v)
+		server.Store(v)
+		w.End(k)
+		answered.Store(v)
+		if got := server.Load(); got != v {
+			t.Fatalf("after write %d was answered the server holds %d", v, got)
+		}
+		if v%64 == 0 {
+			runtime.Gosched() // let copies land between writes too
+		}
+	}
+	close(done)
+	wg.Wait()
+	if n := stale.Load(); n > 0 {
+		t.Errorf("%d copies landed older than a write answered before them", n)
+	}
+	if landed.Load() == 0 {
+		t.Error("no copy landed: the test shows nothing")
+	}
+}
+
+// A write's cost to the guard: Begin and End of one of 100 keys, as a pipelined run's.
+func BenchmarkBeginEnd(b *testing.B) {
+	var w Guard
+	keys := make([][]byte, 100)
+	for i := range keys {
+		keys[i] = []byte("key:" + strconv.Itoa(i))
+	}
+	for i := 0; b.Loop(); i++ {
+		k := keys[i%len(keys)]
+		w.Begin(k)
+		w.End(k)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -279,10 +280,8 @@ func (c *conn) begin(t *task) (started bool) {
 	if !t.single { // a get: one request, an answer per key
 		reqs, answers = t.alone(&t.req), len(t.req.Keys)
 	}
-	t.resps = t.resps[:0]
-	for range answers {
-		t.resps = append(t.resps, protocol.Response{})
-	}
+	t.resps = slices.Grow(t.resps[:0], answers)[:answers]
+	clear(t.resps)
 	t.conn = c
 	return c.starter.Start(c.s.ctx, t.order(), reqs, t.resps, t.finishFunc)
 }
@@ -351,6 +350,7 @@ func (c *conn) finish(t *task, mayWait bool) {
 	}
 	t.out, _ = c.encode(t.out[:0], t, &t.req, t.resps, 0, true)
 	clear(t.resps) // the answer holds its values now: let the server's copies go
+	t.resps = t.resps[:0] // cleared: reset need not clear them again
 	if mayWait {
 		c.answers.complete(t)
 	} else {

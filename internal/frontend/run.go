@@ -64,15 +64,16 @@ func (c *conn) addToRun() {
 		c.building.single = true
 		c.building.firstByte = c.reqStarted // a run's is its first request's
 	}
-	t, r := c.building, c.req
+	t := c.building
+	t.batch = append(t.batch, c.req) // in place from here on: a request is hundreds of bytes
+	r := &t.batch[len(t.batch)-1]
 	if r.Op.IsRetrieval() || r.Op == protocol.OpMetaGet {
 		t.valueKeys++
 	}
 	if r.Op.IsMeta() {
 		// Its flags and key token too point into the decoder's buffers: copied with it.
-		t.ownMeta(&r)
+		t.ownMeta(r)
 		t.spans = append(t.spans, span{owned: true})
-		t.batch = append(t.batch, r)
 		return
 	}
 	key := r.Key
@@ -85,7 +86,6 @@ func (c *conn) addToRun() {
 	t.data = append(t.data, key...)
 	t.data = append(t.data, r.Value...)
 	r.Key, r.Value, r.Keys, r.Args = nil, nil, nil, nil
-	t.batch = append(t.batch, r)
 }
 
 // startRun starts the run kept by addToRun as one task.

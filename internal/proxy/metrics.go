@@ -76,11 +76,6 @@ func (m *metrics) pool(name string) *poolMetrics {
 	return pm
 }
 
-// request counts a request of op (its time: took and answered).
-func (m *metrics) request(pm *poolMetrics, op protocol.Op) {
-	pm.requests[op].get(func() prometheus.Counter { return m.requests.WithLabelValues(pm.name, op.String()) }).Inc()
-}
-
 // answered counts n requests of pm's pool answered in seconds (from decoding to answer).
 func (m *metrics) answered(pm *poolMetrics, n int, seconds float64) {
 	if pm.name != "" {
@@ -88,10 +83,11 @@ func (m *metrics) answered(pm *poolMetrics, n int, seconds float64) {
 	}
 }
 
-func (pm *poolMetrics) errorAnswer(kind int) {
-	pm.errorAnswers[kind].get(func() prometheus.Counter {
+// errorCounter is pm's series of error answers of kind.
+func (pm *poolMetrics) errorCounter(kind int) prometheus.Counter {
+	return pm.errorAnswers[kind].get(func() prometheus.Counter {
 		return pm.m.errorAnswers.WithLabelValues(pm.name, errorKindNames[kind])
-	}).Inc()
+	})
 }
 
 // The kinds of moxi_error_answers_total, named by the word that starts the answer's text
@@ -120,36 +116,32 @@ func errorKind(s protocol.Status) int {
 	return noError
 }
 
-// answered counts the hits and misses of a retrieval (get, gets, gat, gats, mg: one per
-// key) and the error answers among resps; errors to a noreply request are not sent, so
-// not counted.
-func (pm *poolMetrics) answered(req *protocol.Request, resps []protocol.Response) {
-	retrieval := req.Op.IsRetrieval() || req.Op == protocol.OpMetaGet
-	var hits, misses float64
-	for i := range resps {
-		switch s := resps[i].Status; {
-		case retrieval && s == protocol.StatusOK:
-			hits++
-		case retrieval && s == protocol.StatusNotFound:
-			misses++
-		case !req.NoReply:
-			if k := errorKind(s); k != noError {
-				pm.errorAnswer(k)
-			}
+// add adds what n counted of pm's pool's requests, but for their time (answered).
+func (pm *poolMetrics) add(n *tally) {
+	for op, v := range n.requests {
+		if v != 0 {
+			pm.requests[op].get(func() prometheus.Counter {
+				return pm.m.requests.WithLabelValues(pm.name, protocol.Op(op).String())
+			}).Add(float64(v))
 		}
 	}
-	if hits > 0 {
-		pm.getHits.get(func() prometheus.Counter { return pm.m.getHits.WithLabelValues(pm.name) }).Add(hits)
+	for kind, v := range n.errors {
+		if v != 0 {
+			pm.errorCounter(kind).Add(float64(v))
+		}
 	}
-	if misses > 0 {
-		pm.getMisses.get(func() prometheus.Counter { return pm.m.getMisses.WithLabelValues(pm.name) }).Add(misses)
+	if v := n.counters[getHits]; v != 0 {
+		pm.getHits.get(func() prometheus.Counter { return pm.m.getHits.WithLabelValues(pm.name) }).Add(float64(v))
+	}
+	if v := n.counters[getMisses]; v != 0 {
+		pm.getMisses.get(func() prometheus.Counter { return pm.m.getMisses.WithLabelValues(pm.name) }).Add(float64(v))
 	}
 }
 
 // rejected counts the answer to a request the decoder rejected, of no pool.
 func (m *metrics) rejected(s protocol.Status) {
 	if k := errorKind(s); k != noError {
-		m.pool("").errorAnswer(k)
+		m.pool("").errorCounter(k).Inc()
 	}
 }
 

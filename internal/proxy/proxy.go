@@ -269,24 +269,31 @@ func (p *Proxy) handleOne(ctx context.Context, order *turn.Turn, t *topology.Top
 
 // account counts a request of pl (nil: of no pool) answered with resps, which took seconds.
 func (p *Proxy) account(t *topology.Topology, pl *pool.Pool, req *protocol.Request, resps []protocol.Response, seconds float64) {
-	p.metrics.answered(p.count(t, pl, req, resps), 1, seconds)
+	var n tally
+	p.note(t, pl, req, resps, &n)
+	p.metrics.answered(p.add(pl, &n), 1, seconds)
 }
 
-// count counts a request of pl (nil: of no pool) answered with resps, but for its time
-// (see account), and returns pl's series.
-func (p *Proxy) count(t *topology.Topology, pl *pool.Pool, req *protocol.Request, resps []protocol.Response) *poolMetrics {
+// note records a request of pl (nil: of no pool) answered with resps: its keys' heat and
+// "stats detail" at once, its counts in n, which add then adds to the shared counters once
+// for a whole run.
+func (p *Proxy) note(t *topology.Topology, pl *pool.Pool, req *protocol.Request, resps []protocol.Response, n *tally) {
 	if t.HotKeys != nil {
 		noteHot(t, pl, req, resps)
 	}
-	p.stats.count(req, resps)
 	p.stats.detail.record(req, resps) // one atomic load while "stats detail" is off
+	n.count(req, resps)
+}
+
+// add adds n, requests of pl (nil: of no pool), to the counters, and returns pl's series.
+func (p *Proxy) add(pl *pool.Pool, n *tally) *poolMetrics {
+	p.stats.add(n)
 	name := ""
 	if pl != nil {
 		name = pl.Name()
 	}
 	pm := p.metrics.pool(name)
-	p.metrics.request(pm, req.Op)
-	pm.answered(req, resps)
+	pm.add(n)
 	return pm
 }
 

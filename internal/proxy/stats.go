@@ -17,90 +17,57 @@ import (
 
 // counters are the proxy's own memcached-style statistics, answered to "stats".
 type counters struct {
-	cmdGet, getHits, getMisses    atomic.Uint64
-	cmdSet, cmdFlush, cmdTouch    atomic.Uint64
-	deleteHits, deleteMisses      atomic.Uint64
-	incrHits, incrMisses          atomic.Uint64
-	decrHits, decrMisses          atomic.Uint64
-	casHits, casMisses, casBadval atomic.Uint64
-	touchHits, touchMisses        atomic.Uint64
-	backendErrors                 atomic.Uint64
+	n      [numCounters]atomic.Uint64 // indexed by cmdGet...backendErrors
+	detail prefixStats                // "stats detail": counts per key prefix, while on
+}
 
-	detail prefixStats // "stats detail": counts per key prefix, while on
+// The counters of "stats", in the order it lists them (counterNames).
+const (
+	cmdGet = iota
+	cmdSet
+	cmdFlush
+	cmdTouch
+	getHits
+	getMisses
+	deleteMisses
+	deleteHits
+	incrMisses
+	incrHits
+	decrMisses
+	decrHits
+	casMisses
+	casHits
+	casBadval
+	touchHits
+	touchMisses
+	backendErrors
+	numCounters
+)
+
+// counterNames are the counters' names in "stats", memcached's.
+var counterNames = [numCounters]string{
+	cmdGet: "cmd_get", cmdSet: "cmd_set", cmdFlush: "cmd_flush", cmdTouch: "cmd_touch",
+	getHits: "get_hits", getMisses: "get_misses", deleteMisses: "delete_misses", deleteHits: "delete_hits",
+	incrMisses: "incr_misses", incrHits: "incr_hits", decrMisses: "decr_misses", decrHits: "decr_hits",
+	casMisses: "cas_misses", casHits: "cas_hits", casBadval: "cas_badval",
+	touchHits: "touch_hits", touchMisses: "touch_misses", backendErrors: "backend_errors",
 }
 
 // reset zeroes the counters and forgets the prefixes of "stats detail", for "stats reset"
 // (the Prometheus counters are not touched: they only ever grow).
 func (c *counters) reset() {
 	c.detail.reset()
-	for _, v := range []*atomic.Uint64{
-		&c.cmdGet, &c.getHits, &c.getMisses, &c.cmdSet, &c.cmdFlush, &c.cmdTouch,
-		&c.deleteHits, &c.deleteMisses, &c.incrHits, &c.incrMisses, &c.decrHits, &c.decrMisses,
-		&c.casHits, &c.casMisses, &c.casBadval, &c.touchHits, &c.touchMisses, &c.backendErrors,
-	} {
-		v.Store(0)
+	for i := range c.n {
+		c.n[i].Store(0)
 	}
 }
 
-// count records one answered request.
-func (c *counters) count(req *protocol.Request, resps []protocol.Response) {
-	for i := range resps {
-		if resps[i].Status == protocol.StatusTempFailure {
-			c.backendErrors.Add(1)
+// add adds what n counted.
+func (c *counters) add(n *tally) {
+	for i, v := range n.counters {
+		if v != 0 {
+			c.n[i].Add(v)
 		}
-	}
-	hitOrMiss := func(hits, misses *atomic.Uint64) {
-		switch resps[0].Status {
-		case protocol.StatusOK:
-			hits.Add(1)
-		case protocol.StatusNotFound:
-			misses.Add(1)
-		}
-	}
-	switch req.Op {
-	case protocol.OpGet, protocol.OpGets, protocol.OpGat, protocol.OpGats:
-		c.cmdGet.Add(uint64(len(resps)))
-		if req.Op == protocol.OpGat || req.Op == protocol.OpGats {
-			c.cmdTouch.Add(uint64(len(resps)))
-		}
-		for i := range resps {
-			switch resps[i].Status {
-			case protocol.StatusOK:
-				c.getHits.Add(1)
-			case protocol.StatusNotFound:
-				c.getMisses.Add(1)
-			}
-		}
-	case protocol.OpSet, protocol.OpAdd, protocol.OpReplace, protocol.OpAppend, protocol.OpPrepend:
-		c.cmdSet.Add(1)
-	case protocol.OpCas:
-		c.cmdSet.Add(1)
-		switch resps[0].Status {
-		case protocol.StatusOK:
-			c.casHits.Add(1)
-		case protocol.StatusNotFound:
-			c.casMisses.Add(1)
-		case protocol.StatusExists:
-			c.casBadval.Add(1)
-		}
-	case protocol.OpDelete:
-		hitOrMiss(&c.deleteHits, &c.deleteMisses)
-	case protocol.OpIncr:
-		hitOrMiss(&c.incrHits, &c.incrMisses)
-	case protocol.OpDecr:
-		hitOrMiss(&c.decrHits, &c.decrMisses)
-	case protocol.OpTouch:
-		c.cmdTouch.Add(1)
-		hitOrMiss(&c.touchHits, &c.touchMisses)
-	case protocol.OpFlushAll:
-		c.cmdFlush.Add(1)
-	case protocol.OpMetaGet:
-		c.cmdGet.Add(1)
-		hitOrMiss(&c.getHits, &c.getMisses)
-	case protocol.OpMetaSet:
-		c.cmdSet.Add(1)
-	case protocol.OpMetaDelete:
-		hitOrMiss(&c.deleteHits, &c.deleteMisses)
 	}
 }
 
@@ -204,7 +171,7 @@ func (p *Proxy) generalStats() []protocol.Stat {
 	tv := func(t syscall.Timeval) string { // Usec is an int32 on darwin
 		return strconv.FormatInt(t.Sec, 10) + "." + leftPad(strconv.FormatInt(int64(t.Usec), 10), 6)
 	}
-	return []protocol.Stat{
+	st := []protocol.Stat{
 		{Name: "pid", Value: strconv.Itoa(os.Getpid())},
 		{Name: "uptime", Value: strconv.FormatInt(int64(now.Sub(p.started)/time.Second), 10)},
 		{Name: "time", Value: strconv.FormatInt(now.Unix(), 10)},
@@ -215,24 +182,11 @@ func (p *Proxy) generalStats() []protocol.Stat {
 		{Name: "max_connections", Value: strconv.Itoa(p.opts.MaxConnections)},
 		{Name: "curr_connections", Value: u(cur)},
 		{Name: "total_connections", Value: u(total)},
-		{Name: "cmd_get", Value: u(c.cmdGet.Load())},
-		{Name: "cmd_set", Value: u(c.cmdSet.Load())},
-		{Name: "cmd_flush", Value: u(c.cmdFlush.Load())},
-		{Name: "cmd_touch", Value: u(c.cmdTouch.Load())},
-		{Name: "get_hits", Value: u(c.getHits.Load())},
-		{Name: "get_misses", Value: u(c.getMisses.Load())},
-		{Name: "delete_misses", Value: u(c.deleteMisses.Load())},
-		{Name: "delete_hits", Value: u(c.deleteHits.Load())},
-		{Name: "incr_misses", Value: u(c.incrMisses.Load())},
-		{Name: "incr_hits", Value: u(c.incrHits.Load())},
-		{Name: "decr_misses", Value: u(c.decrMisses.Load())},
-		{Name: "decr_hits", Value: u(c.decrHits.Load())},
-		{Name: "cas_misses", Value: u(c.casMisses.Load())},
-		{Name: "cas_hits", Value: u(c.casHits.Load())},
-		{Name: "cas_badval", Value: u(c.casBadval.Load())},
-		{Name: "touch_hits", Value: u(c.touchHits.Load())},
-		{Name: "touch_misses", Value: u(c.touchMisses.Load())},
-		{Name: "backend_errors", Value: u(c.backendErrors.Load())},
+	}
+	for i, name := range counterNames {
+		st = append(st, protocol.Stat{Name: name, Value: u(c.n[i].Load())})
+	}
+	return append(st, []protocol.Stat{
 		{Name: "backup_reads", Value: u(b.Reads.Load())},
 		{Name: "backup_hits", Value: u(b.Hits.Load())},
 		{Name: "backup_writes", Value: u(b.Writes.Load())},
@@ -242,7 +196,7 @@ func (p *Proxy) generalStats() []protocol.Stat {
 		{Name: "fire_and_forget_written", Value: u(ffWritten)},
 		{Name: "fire_and_forget_failed", Value: u(ffFailed)},
 		{Name: "threads", Value: strconv.Itoa(runtime.GOMAXPROCS(0))},
-	}
+	}...)
 }
 
 func leftPad(s string, n int) string {

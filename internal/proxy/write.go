@@ -97,10 +97,11 @@ func (p *Proxy) run(ctx context.Context, order *turn.Turn, t *topology.Topology,
 }
 
 // endRun settles and counts a run's answers, which took seconds: each get's answer names
-// its key, each write's key is settled (endWrite), each request is counted in pl, or when
-// the run spans pools (pl nil) in its key's; the time of a run of one pool, once.
+// its key, each write's key is settled (endWrite), the requests are counted in pl, added
+// once (tally), or when the run spans pools (pl nil) each in its key's; the time of a run
+// of one pool, once.
 func (p *Proxy) endRun(t *topology.Topology, pl *pool.Pool, reqs []protocol.Request, resps []protocol.Response, seconds float64) {
-	var pm *poolMetrics
+	var n tally
 	for i := range reqs {
 		req := &reqs[i]
 		switch {
@@ -113,10 +114,10 @@ func (p *Proxy) endRun(t *topology.Topology, pl *pool.Pool, reqs []protocol.Requ
 			p.account(t, t.PoolFor(runKey(req)), req, resps[i:i+1], seconds)
 			continue
 		}
-		pm = p.count(t, pl, req, resps[i:i+1])
+		p.note(t, pl, req, resps[i:i+1], &n)
 	}
-	if pm != nil {
-		p.metrics.answered(pm, len(reqs), seconds)
+	if pl != nil && len(reqs) > 0 {
+		p.metrics.answered(p.add(pl, &n), len(reqs), seconds)
 	}
 }
 

@@ -349,7 +349,7 @@ func (c *conn) finish(t *task, mayWait bool) {
 		return
 	}
 	t.out, _ = c.encode(t.out[:0], t, &t.req, t.resps, 0, true)
-	clear(t.resps) // the answer holds its values now: let the server's copies go
+	clear(t.resps)        // the answer holds its values now: let the server's copies go
 	t.resps = t.resps[:0] // cleared: reset need not clear them again
 	if mayWait {
 		c.answers.complete(t)

@@ -466,8 +466,10 @@ func (c *conn) readBinary(br *bufio.Reader, lim protocol.Limits, h *protocol.Bin
 		} else if resp.Status != protocol.StatusOK {
 			cl.resps[0].Status, cl.resps[0].Msg = resp.Status, resp.Msg
 		}
+	} else if cl.batch != nil {
+		cl.answerRun(i, &resp)
 	} else {
-		cl.resps[i] = resp // a batch's noop lands in its own slot, which nobody reads
+		cl.resps[i] = resp
 	}
 	c.deliveredLocked(cl, last)
 	return nil
@@ -494,7 +496,7 @@ func (c *conn) readMeta(br *bufio.Reader, lim protocol.Limits) error {
 		c.mu.Unlock()
 		return errDesync // failed meanwhile: fail has answered cl
 	}
-	cl.resps[cl.got] = resp
+	cl.answerRun(cl.got, &resp)
 	cl.got++
 	c.deliveredLocked(cl, cl.got == cl.n)
 	return nil

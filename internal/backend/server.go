@@ -167,6 +167,7 @@ func (s *Server) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Re
 		cl.prepareSingle(&reqs[0])
 	default:
 		cl.prepareBatch(reqs)
+		clear(resps) // a quiet success gets no answer, and stays OK
 	}
 	cl.then, cl.out, cl.outErrs, cl.count = done, resps, errs, len(reqs)
 	if !s.send(ctx, order, cl, false) {
@@ -309,16 +310,8 @@ func (s *Server) finish(cl *call) {
 	for i := range cl.outErrs {
 		cl.outErrs[i] = err
 	}
-	switch {
-	case err != nil:
-	case cl.meta:
-		copy(cl.out, cl.resps)
-	case cl.req != nil:
+	if err == nil && cl.batch == nil { // a run's answers are in out already (answerRun)
 		cl.answer(cl.req, cl.out)
-	default:
-		for i := range cl.batch {
-			cl.out[i] = answerSingle(&cl.batch[i], &cl.resps[i])
-		}
 	}
 	then := cl.then
 	s.putCall(cl)

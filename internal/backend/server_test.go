@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -295,6 +297,115 @@ func TestTimeoutLateAnswerDropped(t *testing.T) {
 	if err != nil || string(r.Value) != "fast" {
 		t.Fatalf("next get: %v %q", err, r.Value)
 	}
+}
+
+// TestTimeoutLateRunAnswersDropped: the answers of a run (binary sets, answered one by one;
+// meta sets) go straight to the caller's answers as they arrive, so those that arrive after
+// the run timed out must not: the caller has its answers back, and uses them again at once.
+func TestTimeoutLateRunAnswersDropped(t *testing.T) {
+	for _, meta := range []bool{false, true} {
+		t.Run(map[bool]string{false: "binary", true: "meta"}[meta], func(t *testing.T) {
+			release := make(chan struct{})
+			var addr string
+			if meta {
+				addr = startLateMeta(t, release)
+			} else {
+				f := startFake(t, func(n int, req *protocol.Request) (*protocol.Response, time.Duration, bool) {
+					if n == 0 {
+						<-release // answer the run only after its caller gave up
+					}
+					return &protocol.Response{Cas: 777}, 0, false
+				})
+				addr = f.ln.Addr().String()
+			}
+			s := newServer(t, addr, Options{Connections: 1, Timeout: 100 * time.Millisecond, FailureLimit: 100})
+			const n = 3
+			reqs := make([]protocol.Request, n)
+			for i := range reqs {
+				reqs[i] = protocol.Request{Op: protocol.OpSet, Key: []byte("k" + strconv.Itoa(i)), Value: []byte("v"), Binary: true}
+				if meta {
+					reqs[i] = *metaRequest(t, "ms k"+strconv.Itoa(i)+" 1\r\nv\r\n")
+				}
+			}
+			resps := make([]protocol.Response, n)
+			errs := make([]error, n)
+			pool.DoBatch(context.Background(), s, nil, reqs, resps, errs)
+			for i, err := range errs {
+				if !errors.Is(err, ErrTimeout) {
+					t.Fatalf("set %d: %v, want a timeout", i, err)
+				}
+			}
+			for i := range resps {
+				resps[i] = protocol.Response{Status: protocol.StatusNotStored} // the caller's again
+			}
+			close(release)
+			// The late answers reach the connection first; once this get is answered they
+			// have been read.
+			var after [1]protocol.Response
+			get := &protocol.Request{Op: protocol.OpGet, Keys: keys("after")}
+			if meta {
+				get = metaRequest(t, "mg after v\r\n")
+			}
+			if err := pool.Do(context.Background(), s, nil, get, after[:]); err != nil {
+				t.Fatalf("get after the late answers: %v", err)
+			}
+			for i := range resps {
+				if resps[i].Status != protocol.StatusNotStored || resps[i].Cas != 0 {
+					t.Errorf("answer %d changed after its run timed out: %+v", i, resps[i])
+				}
+			}
+		})
+	}
+}
+
+// startLateMeta is a meta-protocol server on a free loopback port that answers each ms
+// HD, and the first only once release is closed, and every other request EN; it returns
+// its address.
+func startLateMeta(t *testing.T, release chan struct{}) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	var first sync.Once
+	serve := func(c net.Conn) {
+		defer wg.Done()
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			answer := "EN\r\n"
+			if f := strings.Fields(line); len(f) >= 3 && f[0] == "ms" {
+				n, _ := strconv.Atoi(f[2])
+				if _, err := io.CopyN(io.Discard, br, int64(n)+2); err != nil {
+					return
+				}
+				first.Do(func() { <-release })
+				answer = "HD\r\n"
+			}
+			if _, err := io.WriteString(c, answer); err != nil {
+				return
+			}
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go serve(c)
+		}
+	}()
+	return ln.Addr().String()
 }
 
 // TestBrokenConnectionFailsInFlight: when the server hangs up, every request in flight on

@@ -31,6 +31,7 @@ const pipelineSeedEnv = "MOXI_PIPELINE_SEED"
 // with moxi, and compares; the first difference fails the test with the pipeline, both
 // answers and the recent history of the key involved.
 func TestPipelineDifferential(t *testing.T) {
+	t.Parallel() // no bound in time (a pipeline has 10 s): beside the waiting checks, off the serial path
 	const pipelines = 10_000
 	streams := []string{"t0", "t1", "b0", "b1"} // t: text, b: binary
 	seed := uint64(20240611)

@@ -20,6 +20,7 @@ import (
 // "<user>:<key>" in both pools), and with every key found hot (hot_keys.cache) instead of
 // a prefix.
 func TestPoolsApart(t *testing.T) {
+	t.Parallel() // answers compared, nothing timed: beside the waiting checks
 	for _, v := range []struct{ namespaced, absorbed bool }{{false, false}, {true, false}, {false, true}} {
 		namespaced := v.namespaced
 		t.Run(fmt.Sprintf("namespaces=%v,hot_keys=%v", namespaced, v.absorbed), func(t *testing.T) {

@@ -206,6 +206,7 @@ func numbered(n int, format string) []string {
 // names each key's server: 10,000 keys of the ketama pool, 2,000 of each of the others.
 // Keys sharing a hash tag share a server. The hot cache's answer agrees with hot_cached.
 func TestRouteKeys(t *testing.T) {
+	t.Parallel() // placements compared, nothing timed: beside the waiting checks
 	mcs := cluster(t, 11)
 	mainMCs, jumpMCs, tagMCs, spareMCs := mcs[0:3], mcs[3:6], mcs[6:9], mcs[9:11]
 	second, admin := freeAddr(t), freeAddr(t)

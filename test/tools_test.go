@@ -18,6 +18,7 @@ import (
 // starting with a name, or with a number made of a build string ("0.0.0 moxi/dev"), made
 // them exit 1 ("strtol() failed to parse major version").
 func TestLibmemcachedTools(t *testing.T) {
+	t.Parallel() // child tools' exit codes and output, nothing timed: beside the waiting checks
 	memcstat := requireBinary(t, "memcstat")
 	memcping := requireBinary(t, "memcping")
 	servers := cluster(t, 3)

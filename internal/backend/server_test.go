@@ -318,6 +318,9 @@ func TestTimeoutLateRunAnswersDropped(t *testing.T) {
 				})
 				addr = f.ln.Addr().String()
 			}
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(free) // before the fake's own, which waits for its connections to end
 			s := newServer(t, addr, Options{Connections: 1, Timeout: 100 * time.Millisecond, FailureLimit: 100})
 			const n = 3
 			reqs := make([]protocol.Request, n)
@@ -338,7 +341,7 @@ func TestTimeoutLateRunAnswersDropped(t *testing.T) {
 			for i := range resps {
 				resps[i] = protocol.Response{Status: protocol.StatusNotStored} // the caller's again
 			}
-			close(release)
+			free()
 			// The late answers reach the connection first; once this get is answered they
 			// have been read.
 			var after [1]protocol.Response
@@ -362,17 +365,8 @@ func TestTimeoutLateRunAnswersDropped(t *testing.T) {
 // HD, and the first only once release is closed, and every other request EN; it returns
 // its address.
 func startLateMeta(t *testing.T, release chan struct{}) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	var first sync.Once
-	serve := func(c net.Conn) {
-		defer wg.Done()
-		defer c.Close()
+	return memcachedtest.StartFake(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for {
 			line, err := br.ReadString('\n')
@@ -392,20 +386,7 @@ func startLateMeta(t *testing.T, release chan struct{}) string {
 				return
 			}
 		}
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go serve(c)
-		}
-	}()
-	return ln.Addr().String()
+	}).Addr
 }
 
 // TestBrokenConnectionFailsInFlight: when the server hangs up, every request in flight on

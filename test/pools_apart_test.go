@@ -18,9 +18,9 @@ import (
 // the same instant, with the hot cache (hot:) and coalesced gets on: every answer is its
 // own pool's value, never the other's — plain, with namespaces (each user's keys are
 // "<user>:<key>" in both pools), and with every key found hot (hot_keys.cache) instead of
-// a prefix.
+// a prefix. Not beside the other checks: keys turn hot by their share of the gets in a
+// window, which a loaded machine's slower reads left too few for (no hot-cache answer).
 func TestPoolsApart(t *testing.T) {
-	t.Parallel() // answers compared, nothing timed: beside the waiting checks
 	for _, v := range []struct{ namespaced, absorbed bool }{{false, false}, {true, false}, {false, true}} {
 		namespaced := v.namespaced
 		t.Run(fmt.Sprintf("namespaces=%v,hot_keys=%v", namespaced, v.absorbed), func(t *testing.T) {

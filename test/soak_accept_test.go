@@ -24,7 +24,7 @@ import (
 // binary reports a data race at any point; the test itself checks that every reload was
 // applied and that moxi still answers at the end.
 func TestAcceptRaceSoak(t *testing.T) {
-	t.Parallel() // reloads and answers checked, nothing timed (20 s per reload): beside the waiting checks
+	t.Parallel()         // reloads and answers checked, nothing timed (20 s per reload): beside the waiting checks
 	mcs := cluster(t, 4) // s0..s2 in service, mcs[3] the migration's new server
 	soakConfig := func(i int, migrating bool) string {
 		s1 := fmt.Sprintf("{name: s1, addr: %q}", mcs[1].Addr)

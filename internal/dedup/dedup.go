@@ -167,6 +167,10 @@ func (g *Group[V]) Then(f *Flight[V], fn func()) {
 	fn()
 }
 
+// Idle reports whether no fetch is in progress, without the lock: what Forget would find
+// of any key, for a caller about to Forget many (see Forget).
+func (g *Group[V]) Idle() bool { return g.chains.Load() == 0 }
+
 // ForgetAll makes every fetch in progress unjoinable (after flush_all).
 func (g *Group[V]) ForgetAll() {
 	g.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/topology"
 	"github.com/moxi-proxy/moxi/internal/turn"
 	"github.com/moxi-proxy/moxi/internal/walk"
+	"github.com/moxi-proxy/moxi/internal/writeguard"
 )
 
 // Start answers reqs as Handle does, without a goroutine waiting for it: a lone
@@ -49,11 +50,7 @@ func (p *Proxy) start(ctx context.Context, order *turn.Turn, t *topology.Topolog
 		r.startRetrieval()
 		return true
 	}
-	for i := range reqs {
-		if req := &reqs[i]; req.Op.ChangesKey() {
-			p.beginWrite(t, req.Key)
-		}
-	}
+	r.marks = p.beginWrites(t, reqs, r.marks)
 	if m != nil {
 		m.Server.Start(ctx, order, reqs, resps, r.errs, r.finishFunc)
 		return true
@@ -221,6 +218,8 @@ type startedRun struct {
 	retryKeys []int
 	batch     *writeBatch
 
+	marks []writeguard.Mark // the run's writes, begun (beginWrites), ended by complete
+
 	// A lone retrieval with the hot cache or dedup: fetches[i] for key i (empty without
 	// either); the keys sent (sendIdx, unless whole: every key) and the number others
 	// fetch, followed once those sent are answered (pending: still to come).
@@ -259,7 +258,7 @@ func (r *startedRun) release() {
 	if r.batch != nil {
 		putWriteBatch(r.batch)
 	}
-	*r = startedRun{errs: r.errs[:0], fetches: r.fetches[:0], sendIdx: r.sendIdx[:0], parts: r.parts[:0], retryKeys: r.retryKeys[:0],
+	*r = startedRun{errs: r.errs[:0], fetches: r.fetches[:0], sendIdx: r.sendIdx[:0], parts: r.parts[:0], retryKeys: r.retryKeys[:0], marks: r.marks[:0],
 		finishFunc: r.finishFunc, gatherFunc: r.gatherFunc, followFunc: r.followFunc}
 	startedRuns.Put(r)
 }
@@ -382,7 +381,10 @@ func (r *startedRun) complete() {
 	} else {
 		p.endRun(t, r.pool, r.reqs, r.resps, took)
 	}
+	// The run's writes end once its answers are on their way (see beginWrites): their
+	// guard's words, where other work leaves them cold, are no wait of the client's.
 	done := r.done
-	r.release()
 	done()
+	p.writes.EndMarks(r.marks)
+	r.release()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/moxi-proxy/moxi/internal/protocol"
 	"github.com/moxi-proxy/moxi/internal/topology"
 	"github.com/moxi-proxy/moxi/internal/turn"
+	"github.com/moxi-proxy/moxi/internal/writeguard"
 )
 
 // beginWrite and endWrite are the rules of every write of key (write, meta, run, Start,
@@ -23,10 +24,18 @@ func (p *Proxy) beginWrite(t *topology.Topology, key []byte) {
 	p.settle(t, key)
 }
 
-// endWrite, once the server acknowledged the write, also tells the peers (hot_cache.peers)
-// of a key their hot caches may hold: right after the acknowledgement, not before, since a
-// peer that dropped the key before the write landed could fetch the old value again.
+// endWrite, once the server acknowledged the write, settles it (acknowledged), then ends it.
 func (p *Proxy) endWrite(t *topology.Topology, key []byte) {
+	p.acknowledged(t, key)
+	p.writes.End(key)
+}
+
+// acknowledged is endWrite but for the write's end in the guard, which a run's writes
+// reach together (beginWrites, startedRun.complete). It also tells the peers
+// (hot_cache.peers) of a key their hot caches may hold: right after the acknowledgement,
+// not before, since a peer that dropped the key before the write landed could fetch the
+// old value again.
+func (p *Proxy) acknowledged(t *topology.Topology, key []byte) {
 	if pl, hot := p.settle(t, key); hot {
 		p.metrics.invalidations[invalidatedLocally].Inc()
 		if p.opts.Peers != nil {
@@ -36,7 +45,40 @@ func (p *Proxy) endWrite(t *topology.Topology, key []byte) {
 		// A peer may find the key hot when this proxy does not (its readers are elsewhere).
 		p.opts.Peers.Invalidate(t.PoolFor(key).Name(), key)
 	}
-	p.writes.End(key)
+}
+
+// beginWrites is beginWrite of each write of reqs, a run, whose marks it appends to marks:
+// the run's writes end together by them, once its answers are on their way
+// (startedRun.complete). A write that ends a little later costs its key's reads their
+// sharing of fetches and its copies for that moment; it answers no client later.
+func (p *Proxy) beginWrites(t *topology.Topology, reqs []protocol.Request, marks []writeguard.Mark) []writeguard.Mark {
+	first := len(marks)
+	for i := range reqs {
+		if req := &reqs[i]; req.Op.ChangesKey() {
+			marks = append(marks, writeguard.MarkOf(req.Key))
+		}
+	}
+	if len(marks) == first {
+		return marks
+	}
+	p.writes.BeginMarks(marks[first:])
+	if !p.settles(t) {
+		return marks
+	}
+	for i := range reqs {
+		if req := &reqs[i]; req.Op.ChangesKey() {
+			p.settle(t, req.Key)
+		}
+	}
+	return marks
+}
+
+// settles reports whether writes on t have anything to settle (settle, acknowledged): a
+// hot cache, fetches in flight that a write must make unjoinable, or peers to tell. A run
+// asks once for all its writes, once they have begun (or been acknowledged): a fetch that
+// starts after it cannot be joined by a read that follows the write (see dedup.Forget).
+func (p *Proxy) settles(t *topology.Topology) bool {
+	return t.Hot != nil || t.Dedup && !p.flights.Idle() || p.opts.Peers != nil && t.AbsorbHot
 }
 
 // inBackground reports whether req is a fire-and-forget write: answered at once, written
@@ -77,16 +119,14 @@ func (p *Proxy) run(ctx context.Context, order *turn.Turn, t *topology.Topology,
 		}
 		return
 	}
+	r := getStartedRun()
+	r.marks = p.beginWrites(t, reqs, r.marks)
 	for i := range reqs {
-		if req := &reqs[i]; req.Op.ChangesKey() {
-			p.beginWrite(t, req.Key)
-			if inBackground(t, req) {
-				resps[i] = p.enqueue(ctx, req)
-			}
+		if req := &reqs[i]; req.Op.ChangesKey() && inBackground(t, req) {
+			resps[i] = p.enqueue(ctx, req)
 		}
 	}
 	// The rest as Start sends a run, this goroutine waiting for its end.
-	r := getStartedRun()
 	answered := make(chan struct{})
 	r.p, r.ctx, r.order, r.t, r.reqs, r.resps, r.begun, r.done = p, ctx, order, t, reqs, resps, start, func() { close(answered) }
 	for range reqs {
@@ -102,13 +142,14 @@ func (p *Proxy) run(ctx context.Context, order *turn.Turn, t *topology.Topology,
 // of one pool, once.
 func (p *Proxy) endRun(t *topology.Topology, pl *pool.Pool, reqs []protocol.Request, resps []protocol.Response, seconds float64) {
 	var n tally
+	settles := p.settles(t)
 	for i := range reqs {
 		req := &reqs[i]
 		switch {
 		case req.Op.IsRetrieval():
 			resps[i].Key = req.Keys[0]
-		case req.Op.ChangesKey():
-			p.endWrite(t, req.Key)
+		case req.Op.ChangesKey() && settles:
+			p.acknowledged(t, req.Key) // and ended by the run's marks (startedRun.complete)
 		}
 		if pl == nil {
 			p.account(t, t.PoolFor(runKey(req)), req, resps[i:i+1], seconds)

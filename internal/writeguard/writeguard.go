@@ -96,6 +96,42 @@ func (w *Guard) End(key []byte) {
 	w.count(stripeOf(key), oneEnded, -1)
 }
 
+// A Mark is the stripe of a write's key, for a run of writes begun and ended together
+// (BeginMarks, EndMarks): each key is hashed once, not at both ends.
+type Mark uint32
+
+// MarkOf is key's mark.
+func MarkOf(key []byte) Mark { return Mark(stripeOf(key)) }
+
+// BeginMarks is Begin of the key of each mark. The stripes' words are first loaded
+// together: in the stripes' 1.5 MiB, which other work leaves out of the processor's cache,
+// each addition that begins a write would otherwise wait for a miss of its own, one after
+// the other (an atomic addition waits for what came before it), where plain loads wait
+// for theirs side by side.
+func (w *Guard) BeginMarks(marks []Mark) {
+	w.touch(marks)
+	for _, m := range marks {
+		w.begin(int(m))
+	}
+}
+
+// EndMarks is End of the key of each mark BeginMarks counted.
+func (w *Guard) EndMarks(marks []Mark) {
+	w.touch(marks)
+	for _, m := range marks {
+		w.count(int(m), oneEnded, -1)
+	}
+}
+
+// touch loads the words marks name, so that the additions that follow find them cached.
+// (The compiler keeps an atomic load whose value is not used.)
+func (w *Guard) touch(marks []Mark) {
+	for _, m := range marks {
+		_ = w.stripes[m].state.Load()
+		_ = w.groups[int(m)%writeGroups].Load()
+	}
+}
+
 // InFlight reports whether a write of a key of key's group of stripes is in flight.
 func (w *Guard) InFlight(key []byte) bool { return w.groups[stripeOf(key)%writeGroups].Load() != 0 }
 

@@ -42,6 +42,27 @@ func TestWriteStripesGuard(t *testing.T) {
 			w.End(k)
 			return w.Epoch(k)
 		}, true},
+		{"a run's write in flight at the copy", func(w *Guard) uint64 {
+			e := w.Epoch(k)
+			w.BeginMarks([]Mark{MarkOf([]byte("run")), MarkOf(k)})
+			return e
+		}, false},
+		{"a run's write ended since", func(w *Guard) uint64 {
+			e := w.Epoch(k)
+			marks := []Mark{MarkOf(k), MarkOf([]byte("run"))}
+			w.BeginMarks(marks)
+			w.EndMarks(marks)
+			return e
+		}, false},
+		{"a run's writes ended before the read", func(w *Guard) uint64 {
+			marks := []Mark{MarkOf(k), MarkOf(k)}
+			w.BeginMarks(marks)
+			w.EndMarks(marks)
+			if w.InFlight(k) {
+				panic("a write still counted in flight after its run ended")
+			}
+			return w.Epoch(k)
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var w Guard

@@ -7,7 +7,8 @@
 # loops, a Go forwarder that frames requests and answers and does nothing else, the floor of a
 # proxy hop that must know where one request ends, and with -codecs (2 loops), which also
 # decodes and encodes each request and answer with moxi's codecs, the floor of moxi's
-# own request path. Cases: 100 text sets, 100 text single-key gets, 100 binary setq and a noop,
+# own request path; and with -goroutines -codecs, the same work on goroutines parked in Go's
+# netpoller as moxi's are instead of event loops, the floor of that path built on goroutines. Cases: 100 text sets, 100 text single-key gets, 100 binary setq and a noop,
 # 100 meta sets (ms), 100 meta gets (mg) (twemproxy has neither binary nor meta protocol). Each round runs every case against every target in
 # turn, REPS timed repetitions each, one repetition per target in turn (bench/pipeline
 # measures), so that the machine's drift weighs on every target alike; prints the median µs over all
@@ -34,11 +35,12 @@ go build -o "$work/floor" ./bench/floor
 fl1=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$fl1" -backend "127.0.0.1:$mc" -loops 1
 fl2=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$fl2" -backend "127.0.0.1:$mc" -loops 2
 flc=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$flc" -backend "127.0.0.1:$mc" -loops 2 -codecs
-waitport "$fl1"; waitport "$fl2"; waitport "$flc"
+flg=$(freeport); spawn "$work/floor" -listen "127.0.0.1:$flg" -backend "127.0.0.1:$mc" -goroutines -codecs
+waitport "$fl1"; waitport "$fl2"; waitport "$flc"; waitport "$flg"
 
-targets=(direct twemproxy moxi moxi-1thread haproxy relay floor-1loop floor-2loops floor-codecs)
+targets=(direct twemproxy moxi moxi-1thread haproxy relay floor-1loop floor-2loops floor-codecs floor-goroutines)
 declare -A port=([direct]=$mc [twemproxy]=$tw [moxi]=$mx [moxi-1thread]=$mx1 [haproxy]=$hp2 [relay]=$rl
-	[floor-1loop]=$fl1 [floor-2loops]=$fl2 [floor-codecs]=$flc)
+	[floor-1loop]=$fl1 [floor-2loops]=$fl2 [floor-codecs]=$flc [floor-goroutines]=$flg)
 if [ -n "$mxb" ]; then # MOXI_BASE: moxi at that commit, in the same rounds
 	targets+=(moxi-base)
 	port[moxi-base]=$mxb
@@ -76,8 +78,8 @@ done
 
 echo
 echo "median µs over $((ROUNDS * REPS)) pipelines per cell (lower is better); moxi(1proc): GOMAXPROCS=1"
-row() { printf '  %-24s %9s %9s %9s %11s %9s %9s %9s %9s %9s %14s %11s %13s %12s %14s %14s %13s\n' "$@"; }
-row case direct twemproxy moxi "moxi(1proc)" haproxy relay floor1 floor2 codecs moxi/twemproxy moxi/direct moxi/haproxy relay/direct floor2/haproxy codecs/haproxy moxi/codecs
+row() { printf '  %-24s %9s %9s %9s %11s %9s %9s %9s %9s %9s %11s %14s %11s %13s %12s %14s %14s %13s %17s\n' "$@"; }
+row case direct twemproxy moxi "moxi(1proc)" haproxy relay floor1 floor2 codecs goroutines moxi/twemproxy moxi/direct moxi/haproxy relay/direct floor2/haproxy codecs/haproxy moxi/codecs goroutines/haproxy
 goals=()
 for c in "${cases[@]}"; do
 	d=$(median "$c.direct" %.1f); m=$(median "$c.moxi" %.1f); m1=$(median "$c.moxi-1thread" %.1f); md=$(ratio "$m" "$d")
@@ -92,8 +94,9 @@ for c in "${cases[@]}"; do
 	[ "$c" = get ] && goal=0.6
 	goals+=("${title[$c]}: moxi/haproxy $mh <= $goal $(verdict "$mh" "$goal")")
 	f1=$(median "$c.floor-1loop" %.1f); f2=$(median "$c.floor-2loops" %.1f); fc=$(median "$c.floor-codecs" %.1f)
-	row "${title[$c]}" "$d" "$t" "$m" "$m1" "$hp" "$rd" "$f1" "$f2" "$fc" "$mt" "$md" "$mh" "$(ratio "$rd" "$d")" "$(ratio "$f2" "$hp")" \
-		"$(ratio "$fc" "$hp")" "$(ratio "$m" "$fc")"
+	fg=$(median "$c.floor-goroutines" %.1f)
+	row "${title[$c]}" "$d" "$t" "$m" "$m1" "$hp" "$rd" "$f1" "$f2" "$fc" "$fg" "$mt" "$md" "$mh" "$(ratio "$rd" "$d")" "$(ratio "$f2" "$hp")" \
+		"$(ratio "$fc" "$hp")" "$(ratio "$m" "$fc")" "$(ratio "$fg" "$hp")"
 done
 echo "targets:"
 printf '  %s\n' "${goals[@]}"

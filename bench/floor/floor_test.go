@@ -22,7 +22,7 @@ import (
 // reference must forward what it claims to, or its figures mean nothing.
 func TestForwardsLikeMemcached(t *testing.T) {
 	bin := buildFloor(t)
-	for _, mode := range [][]string{nil, {"-codecs"}} {
+	for _, mode := range [][]string{nil, {"-codecs"}, {"-goroutines"}, {"-goroutines", "-codecs"}} {
 		t.Run(fmt.Sprintf("floor %v", mode), func(t *testing.T) { forwardsLikeMemcached(t, bin, mode) })
 	}
 }

@@ -17,10 +17,13 @@
 // supported.
 //
 // With -codecs it also does the work every request costs a proxy that speaks binary to
-// memcached, as moxi does: decode, encode, and back (codecs.go).
+// memcached, as moxi does: decode, encode, and back (codecs.go). With -goroutines it reads
+// its sockets as moxi does instead, a goroutine parked in Go's netpoller for each
+// (goroutines.go): the floor of a proxy hop built on goroutines.
 //
 //	floor -listen 127.0.0.1:21600 -backend 127.0.0.1:11211 -loops 1
 //	floor -listen 127.0.0.1:21601 -backend 127.0.0.1:11211 -loops 2 -codecs
+//	floor -listen 127.0.0.1:21602 -backend 127.0.0.1:11211 -goroutines -codecs
 package main
 
 import (
@@ -34,6 +37,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 )
 
@@ -77,6 +81,9 @@ type loop struct {
 	clients map[int]*client
 	dirty   []*stream // streams with output to flush once the events are handled
 	codecs  *codecs   // -codecs (codecs.go); nil: frame only
+
+	goroutines bool       // -goroutines (goroutines.go): no epoll, the loop's state under mu
+	mu         sync.Mutex // held by the goroutine handling a read
 }
 
 func main() {
@@ -84,7 +91,13 @@ func main() {
 	addr := flag.String("backend", "127.0.0.1:11211", "memcached `host:port`")
 	loops := flag.Int("loops", runtime.GOMAXPROCS(0), "event loops, one OS thread each")
 	withCodecs := flag.Bool("codecs", false, "decode and encode each request and answer with moxi's codecs (codecs.go)")
+	goroutines := flag.Bool("goroutines", false, "a goroutine reading each socket instead of event loops (goroutines.go); -loops is ignored")
 	flag.Parse()
+	if *goroutines {
+		fmt.Fprintln(os.Stderr, "floor: listening on", *listen, "(goroutines)")
+		serveGoroutines(*listen, *addr, *withCodecs)
+		return
+	}
 	ap, err := netip.ParseAddrPort(*listen)
 	check(err)
 	for range *loops {
@@ -188,11 +201,16 @@ func (l *loop) run() {
 				}
 			}
 		}
-		for _, s := range l.dirty {
-			l.flush(s)
-		}
-		l.dirty = l.dirty[:0]
+		l.flushDirty()
 	}
+}
+
+// flushDirty writes the output of the streams that have some, once the events are handled.
+func (l *loop) flushDirty() {
+	for _, s := range l.dirty {
+		l.flush(s)
+	}
+	l.dirty = l.dirty[:0]
 }
 
 func (l *loop) accept() {
@@ -237,7 +255,9 @@ func readAll(s *stream, buf []byte) bool {
 func (l *loop) close(c *client) {
 	c.dead = true
 	delete(l.clients, c.fd)
-	_ = syscall.Close(c.fd)
+	if !l.goroutines { // else its net.Conn is closed by its goroutine
+		_ = syscall.Close(c.fd)
+	}
 }
 
 // requests moves c's complete requests to its protocol's backend connection.
@@ -278,6 +298,10 @@ func (l *loop) backend(bin bool) *backend {
 	i := 0
 	if bin {
 		i = 1
+	}
+	if l.be[i] == nil && l.goroutines {
+		l.be[i] = &backend{binary: bin}
+		l.dialGoroutine(l.be[i])
 	}
 	if l.be[i] == nil {
 		l.be[i] = &backend{stream: stream{fd: dial(l.addr)}, binary: bin}
@@ -320,6 +344,10 @@ func (l *loop) answers(b *backend) {
 // flush writes s.out as far as the socket takes it, and waits for EPOLLOUT for the rest.
 func (l *loop) flush(s *stream) {
 	if s.dead {
+		return
+	}
+	if l.goroutines {
+		writeAll(s)
 		return
 	}
 	for len(s.out) > 0 {

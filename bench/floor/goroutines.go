@@ -59,11 +59,7 @@ func (l *loop) serveClient(nc net.Conn) {
 		l.mu.Lock()
 		if n > 0 && !c.dead {
 			c.in = append(c.in, buf[:n]...)
-			if l.codecs != nil {
-				l.decodeRequests(c)
-			} else {
-				l.requests(c)
-			}
+			l.clientInput(c)
 			l.flushDirty()
 		}
 		if err != nil && !c.dead {
@@ -96,11 +92,7 @@ func (l *loop) serveBackend(b *backend, nc net.Conn) {
 		}
 		l.mu.Lock()
 		b.in = append(b.in, buf[:n]...)
-		if l.codecs != nil {
-			l.decodeAnswers(b)
-		} else {
-			l.answers(b)
-		}
+		l.backendInput(b)
 		l.flushDirty()
 		l.mu.Unlock()
 	}

@@ -174,11 +174,7 @@ func (l *loop) run() {
 					if !readAll(&b.stream, buf) {
 						check(errors.New("memcached closed the connection"))
 					}
-					if l.codecs != nil {
-						l.decodeAnswers(b)
-					} else {
-						l.answers(b)
-					}
+					l.backendInput(b)
 				}
 				continue
 			}
@@ -194,14 +190,28 @@ func (l *loop) run() {
 					l.close(c)
 					continue
 				}
-				if l.codecs != nil {
-					l.decodeRequests(c)
-				} else {
-					l.requests(c)
-				}
+				l.clientInput(c)
 			}
 		}
 		l.flushDirty()
+	}
+}
+
+// clientInput sends on the complete requests c's input holds.
+func (l *loop) clientInput(c *client) {
+	if l.codecs != nil {
+		l.decodeRequests(c)
+	} else {
+		l.requests(c)
+	}
+}
+
+// backendInput gives the complete answers b's input holds to their clients.
+func (l *loop) backendInput(b *backend) {
+	if l.codecs != nil {
+		l.decodeAnswers(b)
+	} else {
+		l.answers(b)
 	}
 }
 

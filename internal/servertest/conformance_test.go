@@ -216,7 +216,7 @@ type expect int
 const (
 	answers        expect = iota // the step's want
 	fails                        // an error for every request: the server cannot have answered
-	answersOrFails               // each request its want or an error
+	answersOrFails               // each request its want or an error, or a TempFailure answer
 )
 
 // TestServers runs every implementation over every kind of server it can have.
@@ -360,6 +360,11 @@ func check(t *testing.T, st step, got []string, exp expect) {
 		switch {
 		case g == "error" && exp != answers:
 		case g == st.want[i] && exp != fails:
+		case g == "TempFailure" && exp == answersOrFails:
+			// A failure answered rather than returned: a replicated pool's for a key no
+			// replica answered while another key of the same get was (after the cancelled
+			// requests above, a replica that owes writes serves none of its keys until it
+			// has paid them, in the background; seen under a loaded CI's `make test`).
 		case exp == fails:
 			t.Errorf("request %d answered %q; want an error: its server cannot have answered", i, g)
 		case g == "error":

@@ -339,6 +339,9 @@ func (run restartRun) test(t *testing.T) {
 		}
 	}
 	if t.Failed() {
+		// The servers' counters tell what failed a request (down, io_errors, timeouts...),
+		// which a binary answer's fixed text does not.
+		t.Logf("stats proxy:\n%s", strings.Join(roundTrip(t, stats.c, stats.r, "stats proxy\r\n", "END"), "\n"))
 		t.Logf("moxi log:\n%s", tail(moxi.out.String(), 8<<10))
 	}
 }

@@ -23,6 +23,7 @@ type pipeDial struct {
 	mu    sync.Mutex
 	down  bool
 	fails []time.Time // the dials that failed since down was last set
+	fars  []net.Conn  // the fake server's ends of the pipes, for hangUp
 }
 
 // newPipeDial returns a pipeDial whose fake server is waited for when t ends, after the
@@ -44,6 +45,7 @@ func (d *pipeDial) dial(context.Context) (net.Conn, error) {
 		return nil, errors.New("connection refused")
 	}
 	near, far := net.Pipe()
+	d.fars = append(d.fars, far)
 	d.f.wg.Add(1)
 	go d.f.serve(far)
 	return near, nil
@@ -54,6 +56,17 @@ func (d *pipeDial) setDown(down bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.down, d.fails = down, nil
+}
+
+// hangUp closes the fake server's end of every pipe made so far: the Server's connections
+// break.
+func (d *pipeDial) hangUp() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.fars {
+		c.Close()
+	}
+	d.fars = nil
 }
 
 // failedAfter is when each failed dial was made, counted from start.

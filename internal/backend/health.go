@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,10 +121,17 @@ func (s *Server) die(reason error, since time.Time, backoff, wait time.Duration,
 
 func (s *Server) markUp() {
 	// Requests that arrive between now and the dialers' first attempt wait for that dial
-	// instead of failing for want of a connection.
-	for _, c := range s.conns {
+	// instead of failing for want of a connection: the binary connections' and the meta
+	// ones' (a meta request has no other connection to go on).
+	s.meta.mu.Lock()
+	conns := append(slices.Clip(s.conns), s.meta.conns...)
+	s.meta.mu.Unlock()
+	for _, c := range conns {
+		if c == nil {
+			continue // a meta connection never opened
+		}
 		c.mu.Lock()
-		if c.nc == nil {
+		if c.nc == nil && !c.closed {
 			c.dialing = true
 		}
 		c.mu.Unlock()

@@ -1,10 +1,14 @@
 package backend
 
 import (
+	"context"
 	"errors"
+	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/moxi-proxy/moxi/internal/protocol"
@@ -127,4 +131,67 @@ func TestInFlightBound(t *testing.T) {
 	if m := maxInFlight.Load(); m > 2 {
 		t.Errorf("%d requests in flight at once with MaxInFlight 2", m)
 	}
+}
+
+// onRecord is a slog handler that calls each record's message's function, if any.
+type onRecord map[string]func()
+
+func (h onRecord) Enabled(context.Context, slog.Level) bool { return true }
+func (h onRecord) Handle(_ context.Context, r slog.Record) error {
+	if f := h[r.Message]; f != nil {
+		f()
+	}
+	return nil
+}
+func (h onRecord) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h onRecord) WithGroup(string) slog.Handler      { return h }
+
+// TestMetaConnsDialedAsTheServerComesBack: at the instant a dead server is marked up
+// again, every meta connection not connected counts as being dialed, as the binary ones
+// do, before its dial loop has woken: a meta request made then waits for that dial
+// instead of failing for want of a connection (ErrDown). A replicated pool's copy reads
+// are meta requests: one failed so just after its server came back, and the write that
+// needed it answered a temporary failure.
+func TestMetaConnsDialedAsTheServerComesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const conns = 4
+		d := newPipeDial(t, false)
+		var s *Server
+		var idle []int // per round, the meta connections neither connected nor being dialed
+		logger := slog.New(onRecord{"backend up again": func() {
+			// Within markUp, just after the dial loops were woken.
+			n := 0
+			for _, c := range s.meta.conns {
+				c.mu.Lock()
+				if !c.dialing && c.nc == nil {
+					n++
+				}
+				c.mu.Unlock()
+			}
+			idle = append(idle, n)
+		}})
+		s = newServer(t, "memcached:11211", Options{Connections: conns, RetryMin: time.Second, RetryMax: time.Second, Logger: logger, dial: d.dial})
+		for range conns {
+			s.metaConn(nil, true) // every meta connection, by round robin
+		}
+		const rounds = 5
+		for round := range rounds {
+			synctest.Wait()
+			d.setDown(true)
+			d.hangUp() // every connection breaks, and its redial fails: the server is dead
+			synctest.Wait()
+			if s.Up() {
+				t.Fatalf("round %d: the server is up after its connections broke and could not be dialed again", round)
+			}
+			d.setDown(false)
+			time.Sleep(2 * time.Second) // past the probe, which finds it back
+			synctest.Wait()
+		}
+		if len(idle) != rounds {
+			t.Fatalf("marked up %d times, want %d", len(idle), rounds)
+		}
+		if slices.Max(idle) > 0 {
+			t.Errorf("meta connections neither connected nor being dialed as the server was marked up, by round: %v", idle)
+		}
+	})
 }

@@ -3,7 +3,9 @@ package replica_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"github.com/moxi-proxy/moxi/internal/turn"
 	"strings"
 	"testing"
 
@@ -148,5 +150,75 @@ func TestReplicaCasAfterLoss(t *testing.T) {
 		if err := pool.Do(context.Background(), through, nil, &cas, resp[:]); err != nil || resp[0].Status != protocol.StatusOK {
 			t.Errorf("cas %s with the cas unique gets answered: %v %+v, want STORED", k, err, resp[0])
 		}
+	}
+}
+
+// failingReads is a server that fails every meta get (a replica's read for a copy) as a
+// server that did not answer, and executes everything else.
+type failingReads struct{ pool.Server }
+
+var errNoAnswer = errors.New("timeout (test)")
+
+func (f failingReads) Start(ctx context.Context, order *turn.Turn, reqs []protocol.Request, resps []protocol.Response, errs []error, done func()) {
+	if len(reqs) == 1 && reqs[0].Op == protocol.OpMetaGet {
+		order.Dispatched()
+		errs[0] = errNoAnswer
+		done()
+		return
+	}
+	f.Server.Start(ctx, order, reqs, resps, errs, done)
+}
+
+// TestReplicaLackingDeciderOtherSilent: a key's first replica lost the key, and the second,
+// which holds it, does not answer the read for its copy. A conditional command then fails
+// (the client sees a server error) rather than being decided on nothing: a binary incr
+// with an initial value creates no new counter over the one the second holds, and an incr
+// answers no NOT_FOUND for a key that exists.
+func TestReplicaLackingDeciderOtherSilent(t *testing.T) {
+	binIncr := protocol.Request{Op: protocol.OpIncr, Binary: true, Opcode: 0x05, Key: []byte("k"), Delta: 1, Initial: 100, Create: true}
+	for _, tc := range []struct {
+		name string
+		req  protocol.Request
+	}{
+		{"binary incr with initial", binIncr},
+		{"incr", decodeText(t, "incr k 1\r\n")},
+		{"ma with N", decodeText(t, "ma k N0 J9 v\r\n")},
+		{"append", decodeText(t, "append k 0 0 1\r\nx\r\n")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			downs := []*servertest.Downable{servertest.NewDownable(), servertest.NewDownable()}
+			probe := replicated(t, 2, replica.Options{},
+				pool.Member{Name: "a", Addr: "embedded/0", Weight: 1, Server: downs[0]},
+				pool.Member{Name: "b", Addr: "embedded/1", Weight: 1, Server: downs[1]})
+			set := probe.ReplicaSetOf([]byte("k"))
+			first, second := set.Idx[0], set.Idx[1]
+			members := []pool.Member{
+				{Name: "a", Addr: "embedded/0", Weight: 1, Server: downs[0]},
+				{Name: "b", Addr: "embedded/1", Weight: 1, Server: downs[1]},
+			}
+			members[second].Server = failingReads{downs[second]}
+			pl := replicated(t, 2, replica.Options{StandIns: servertest.StandIns(t, 10)}, members...)
+			through := pl.Member(first).Server
+			var resp [1]protocol.Response
+			for _, s := range []pool.Server{downs[second], downs[first]} {
+				if err := pool.Do(context.Background(), s, nil, &protocol.Request{Op: protocol.OpSet, Key: []byte("k"), Value: []byte("5")}, resp[:]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = pool.Do(context.Background(), downs[first], nil, &protocol.Request{Op: protocol.OpDelete, Key: []byte("k")}, resp[:]) // restarted empty
+
+			req := tc.req
+			err := pool.Do(context.Background(), through, nil, &req, resp[:])
+			if err == nil {
+				t.Errorf("answered %q, want a failure: the replica holding the key did not answer", outcome(&req, resp[0]))
+			}
+			look := decodeText(t, "mg k v\r\n")
+			if err := pool.Do(context.Background(), downs[second], nil, &look, resp[:]); err != nil || string(resp[0].Value) != "5" {
+				t.Errorf("the second replica holds %q (%v), want the 5 it held", resp[0].Value, err)
+			}
+			if err := pool.Do(context.Background(), downs[first], nil, &look, resp[:]); err != nil || resp[0].Meta.Code != protocol.MetaEN {
+				t.Errorf("the first replica holds %q (%v), want nothing: it decided nothing", resp[0].Value, err)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ package replica
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -539,7 +540,14 @@ func (r *replica) onDecider(ctx context.Context, order *turn.Turn, req *protocol
 		unlock := r.opts.Writes.Lock(req.Key)
 		defer unlock()
 	}
-	if !r.fill(ctx, later, req.Key, targets[0], targets[1:]) && !creates {
+	held, err := r.fill(ctx, later, req.Key, targets[0], targets[1:])
+	switch {
+	case err != nil && (creates || req.Op.ChangesKey()):
+		// Another replica may hold the key: neither "not found" nor a new item (created, or
+		// decided on nothing) is the answer the replicas' value would give. A plain read's
+		// miss stands, as a cache may forget.
+		return err
+	case !held && !creates:
 		return nil // no other replica holds it either: the answer stands
 	}
 	return pool.Do(ctx, decider, later, req, resps)
@@ -547,32 +555,48 @@ func (r *replica) onDecider(ctx context.Context, order *turn.Turn, req *protocol
 
 // fill copies key to replica to from the first of others that holds it, with add and its
 // remaining TTL; it reports whether to may now hold the key (the add stored it, or found
-// it stored meanwhile).
-func (r *replica) fill(ctx context.Context, order *turn.Turn, key []byte, to int, others []int) bool {
+// it stored meanwhile). An error says it could not tell: a replica asked did not answer
+// before one was found holding the key, or the add to to failed.
+func (r *replica) fill(ctx context.Context, order *turn.Turn, key []byte, to int, others []int) (bool, error) {
+	var unknown error
 	for _, from := range others {
-		it, ok := r.fetch(ctx, order, key, from)
-		if !ok {
+		it, err := r.fetch(ctx, order, key, from)
+		if err != nil {
+			unknown = err
+			continue
+		}
+		if !it.Found {
 			continue
 		}
 		exptime, ok := itemcopy.Exptime(it.TTL)
 		if !ok {
-			return false // about to expire: as if it had
+			return false, nil // about to expire: as if it had
 		}
 		add := itemcopy.Store(protocol.OpAdd, key, &it, exptime)
 		var one [1]protocol.Response
-		err := pool.Do(ctx, r.direct[to], order, &add, one[:])
-		return err == nil && (one[0].Status == protocol.StatusOK || one[0].Status == protocol.StatusNotStored)
+		if err := pool.Do(ctx, r.direct[to], order, &add, one[:]); err != nil {
+			return false, err
+		}
+		switch one[0].Status {
+		case protocol.StatusOK, protocol.StatusNotStored:
+			return true, nil
+		}
+		return false, errCopyRefused
 	}
-	return false
+	return false, unknown
 }
+
+// errCopyRefused fails a decided write whose decider refused the copy of the key another
+// replica holds (out of memory, say): deciding it on nothing could lose that value.
+var errCopyRefused = errors.New("the replica that decides the key refused its copy from another replica")
 
 // restoreHeld sets key on every target but from to the item from holds, with its remaining
 // TTL: an add decided on a replica that lacked the key stored a value the others must not
 // keep.
 func (r *replica) restoreHeld(ctx context.Context, order *turn.Turn, key []byte, targets []int, from int) {
-	it, ok := r.fetch(ctx, order, key, from)
+	it, err := r.fetch(ctx, order, key, from)
 	store := itemcopy.Delete(key)
-	if exptime, live := itemcopy.Exptime(it.TTL); ok && live {
+	if exptime, live := itemcopy.Exptime(it.TTL); err == nil && it.Found && live {
 		store = itemcopy.Store(protocol.OpSet, key, &it, exptime)
 	}
 	for _, i := range targets {
@@ -586,15 +610,17 @@ func (r *replica) restoreHeld(ctx context.Context, order *turn.Turn, key []byte,
 	}
 }
 
-// fetch reads what replica from holds of key, for a copy.
-func (r *replica) fetch(ctx context.Context, order *turn.Turn, key []byte, from int) (itemcopy.Item, bool) {
+// fetch reads what replica from holds of key, for a copy: an error when it did not answer.
+func (r *replica) fetch(ctx context.Context, order *turn.Turn, key []byte, from int) (itemcopy.Item, error) {
 	get := itemcopy.Get(key)
 	var got [1]protocol.Response
 	if err := pool.Do(ctx, r.direct[from], order, &get, got[:]); err != nil {
-		return itemcopy.Item{}, false
+		return itemcopy.Item{}, err
 	}
-	it := itemcopy.Parse(&got[0])
-	return it, it.Found
+	if statusOf(&got[0]) == protocol.StatusNotFound || got[0].Meta.Code == protocol.MetaVA {
+		return itemcopy.Parse(&got[0]), nil
+	}
+	return itemcopy.Item{}, fmt.Errorf("%s: the copy's read answered an error: %s", r.pool.Member(from).Name, got[0].Msg)
 }
 
 // adds reports whether req stores only when the key is missing (add, ms with mode E).
@@ -838,7 +864,7 @@ func (r *replica) rereadFirst(ctx context.Context, order *turn.Turn, req *protoc
 		// The repair may not have been made (a write of the stripe began meanwhile): the
 		// copy is made here under the key's write lock, which the write in flight ends.
 		unlock := r.opts.Writes.Lock(req.Keys[k])
-		r.fill(ctx, order, req.Keys[k], first, orders[k].Idx[1:orders[k].N])
+		_, _ = r.fill(ctx, order, req.Keys[k], first, orders[k].Idx[1:orders[k].N]) // the get again tells
 		unlock()
 		again[first] = append(again[first], k)
 	}
@@ -915,10 +941,11 @@ func (r *replica) metaGet(ctx context.Context, order *turn.Turn, req *protocol.R
 // remaining TTL (or exptime, a gat's, when ≥ 0), unless a write of its stripe began since
 // epoch, before the read; replicated writes of the key wait for the adds.
 func (r *replica) repair(ctx context.Context, order *turn.Turn, key []byte, from int, missed []int, epoch uint64, exptime int64) {
-	it, ok := r.fetch(ctx, order, key, from)
-	if !ok {
+	it, err := r.fetch(ctx, order, key, from)
+	if err != nil || !it.Found {
 		return
 	}
+	var ok bool
 	if exptime < 0 {
 		if exptime, ok = itemcopy.Exptime(it.TTL); !ok {
 			return

@@ -161,7 +161,10 @@ func TestMetaConnsDialedAsTheServerComesBack(t *testing.T) {
 		logger := slog.New(onRecord{"backend up again": func() {
 			// Within markUp, just after the dial loops were woken.
 			n := 0
-			for _, c := range s.meta.conns {
+			s.meta.mu.Lock()
+			conns := s.meta.conns
+			s.meta.mu.Unlock()
+			for _, c := range conns {
 				c.mu.Lock()
 				if !c.dialing && c.nc == nil {
 					n++

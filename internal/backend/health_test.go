@@ -187,7 +187,10 @@ func TestMetaConnsDialedAsTheServerComesBack(t *testing.T) {
 				t.Fatalf("round %d: the server is up after its connections broke and could not be dialed again", round)
 			}
 			d.setDown(false)
-			time.Sleep(2 * time.Second) // past the probe, which finds it back
+			// The bubble's clock: this waits for no wall-clock time, only until every
+			// goroutine of the bubble is blocked and its clock is past the probe, which finds
+			// the server back.
+			time.Sleep(2 * time.Second)
 			synctest.Wait()
 		}
 		if len(idle) != rounds {

@@ -945,9 +945,9 @@ func (r *replica) repair(ctx context.Context, order *turn.Turn, key []byte, from
 	if err != nil || !it.Found {
 		return
 	}
-	var ok bool
 	if exptime < 0 {
-		if exptime, ok = itemcopy.Exptime(it.TTL); !ok {
+		var live bool
+		if exptime, live = itemcopy.Exptime(it.TTL); !live {
 			return
 		}
 	}
